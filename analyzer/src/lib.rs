@@ -1,0 +1,1 @@
+//! leakscope's analyzer: recordings in, attribution, timelines, charts and reports out.

@@ -1,0 +1,147 @@
+//! The records leakscope's uprobe programs send to userspace through the ring buffer.
+//!
+//! This is the kernel ABI of the probe, shared by both sides: the eBPF programs
+//! (this crate, built for `bpfel-unknown-none`) fill them, and `leakscope-probe`
+//! (built for the host) decodes them. Every record starts with a [`RecordHeader`]
+//! whose `kind` says which struct follows. They are `#[repr(C)]` with 8-byte
+//! aligned fields (the ring buffer wants 8-byte alignment) and no padding holes.
+//!
+//! Userspace turns these into the recording's events (`leakscope_probe::recording`);
+//! nothing else should depend on their layout.
+#![cfg_attr(target_arch = "bpf", no_std)]
+
+/// Frames captured per allocation stack. 32 frames of a frame-pointer walk reach
+/// from the allocator's caller up through rmcp into tokio's task poll.
+pub const MAX_STACK_DEPTH: usize = 32;
+
+/// What a record is. Stored as `u32` in [`RecordHeader::kind`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// [`AllocRecord`]: malloc, calloc, aligned_alloc, posix_memalign, or a Rust alloc shim.
+    Alloc = 1,
+    /// [`FreeRecord`]: free or a Rust dealloc shim.
+    Free = 2,
+    /// [`AllocRecord`] with `old_addr`: realloc.
+    Realloc = 3,
+    /// [`ScopeRecord`]: entry or return of an rmcp lifecycle function.
+    Scope = 4,
+}
+
+impl RecordKind {
+    pub fn from_u32(value: u32) -> Option<Self> {
+        Some(match value {
+            1 => Self::Alloc,
+            2 => Self::Free,
+            3 => Self::Realloc,
+            4 => Self::Scope,
+            _ => return None,
+        })
+    }
+}
+
+/// First 16 bytes of every record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// A [`RecordKind`].
+    pub kind: u32,
+    /// Thread id (the kernel's pid of the thread).
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+}
+
+/// An allocation (or realloc) that returned `addr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AllocRecord {
+    pub header: RecordHeader,
+    /// The new block; 0 when the allocator failed.
+    pub addr: u64,
+    pub size: u64,
+    /// realloc only: the block that was resized (0 for malloc-like calls).
+    pub old_addr: u64,
+    /// Bytes of `stack` filled by `bpf_get_stack`, or a negative errno.
+    pub stack_bytes: i64,
+    /// User return addresses, innermost first (the allocator's caller is first).
+    pub stack: [u64; MAX_STACK_DEPTH],
+}
+
+/// A block handed back to the allocator.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FreeRecord {
+    pub header: RecordHeader,
+    pub addr: u64,
+}
+
+/// Which lifecycle function a [`ScopeRecord`] is about. Values are the index of
+/// the function in the preset; userspace maps them to names.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ScopeRecord {
+    pub header: RecordHeader,
+    /// Index of the scope kind (the uprobe's cookie).
+    pub scope: u32,
+    /// 0 = enter, 1 = exit.
+    pub phase: u32,
+    /// First argument at entry; return value at exit.
+    pub arg: u64,
+}
+
+/// Scope phase values of [`ScopeRecord::phase`].
+pub const PHASE_ENTER: u32 = 0;
+pub const PHASE_EXIT: u32 = 1;
+
+/// Indices of the probe's drop counters (a per-CPU array map named `LOST`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// The ring buffer was full.
+    RingFull = 0,
+    /// The per-thread table of calls in progress was full.
+    PendingFull = 1,
+    /// `bpf_get_stack` failed (the record is still sent, without frames).
+    Stack = 2,
+}
+
+/// Number of [`LostReason`] counters.
+pub const LOST_REASONS: u32 = 3;
+
+/// Which allocation function a pending call (entry seen, return not yet) is.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocCall {
+    Malloc = 1,
+    Calloc = 2,
+    Realloc = 3,
+    PosixMemalign = 4,
+    AlignedAlloc = 5,
+}
+
+/// State kept between an allocation function's entry and its return, per thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PendingAlloc {
+    pub size: u64,
+    /// realloc: the old block; posix_memalign: where the result will be written.
+    pub ptr_arg: u64,
+    pub call: u32,
+    pub _pad: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{align_of, size_of};
+
+    #[test]
+    fn records_are_ring_buffer_friendly() {
+        assert_eq!(size_of::<RecordHeader>(), 16);
+        assert_eq!(size_of::<AllocRecord>(), 16 + 8 * 4 + 8 * MAX_STACK_DEPTH);
+        assert_eq!(size_of::<FreeRecord>(), 24);
+        assert_eq!(size_of::<ScopeRecord>(), 32);
+        assert_eq!(align_of::<AllocRecord>(), 8);
+    }
+}

@@ -1,0 +1,35 @@
+//! Builds the eBPF object (`probe-ebpf`, bin target `leakscope-probe-ebpf`) for
+//! `bpfel-unknown-none` with the `nightly` toolchain, so a plain `cargo build` of
+//! the probe also builds what it loads. aya-build runs
+//! `rustup run nightly cargo build -Z build-std=core --target bpfel-unknown-none`
+//! and copies the object to `$OUT_DIR/leakscope-probe-ebpf`.
+//!
+//! Prerequisites (`cargo xtask setup` installs them): `rustup component add
+//! rust-src --toolchain nightly` and `cargo install bpf-linker@0.10.0 --locked`.
+
+use anyhow::{Context, bail};
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
+    let root_dir = std::path::Path::new(&manifest_dir).join("../probe-ebpf");
+    let root_dir = root_dir.canonicalize().context("probe-ebpf/ is missing")?;
+    if !on_path("bpf-linker") {
+        bail!(
+            "bpf-linker is not installed; the eBPF probe cannot be built. \
+             Run `cargo xtask setup` (or `cargo install bpf-linker@0.10.0 --locked`)."
+        );
+    }
+    let package = aya_build::Package {
+        name: "leakscope-probe-ebpf",
+        root_dir: root_dir.to_str().context("non-UTF-8 path")?,
+        ..Default::default()
+    };
+    aya_build::build_ebpf([package], aya_build::Toolchain::default())
+        .context("building the eBPF object failed; `cargo xtask setup` installs nightly's rust-src and bpf-linker")
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}

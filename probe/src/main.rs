@@ -1,0 +1,3 @@
+fn main() {
+    println!("eBPF object: {} bytes", leakscope_probe::EBPF_OBJECT.len());
+}
