@@ -1,5 +1,21 @@
 //! leakscope's probe: attach to a running process with eBPF uprobes and record
 //! which code allocates what, and when rmcp sessions begin and end.
+//!
+//! Pipeline of `leakscope-probe attach`:
+//! [`target`] (the process, its mappings) -> [`symbols`] + [`preset`] (which
+//! functions) -> [`plan`] (which program where, [`attach_offset`] picks cheap
+//! offsets) -> [`loader`] (aya) -> [`capture`] (ring buffer -> [`recording`]),
+//! driven by [`attach`].
+
+pub mod attach;
+pub mod attach_offset;
+pub mod capture;
+pub mod loader;
+pub mod plan;
+pub mod preset;
+pub mod recording;
+pub mod symbols;
+pub mod target;
 
 /// The compiled eBPF object, built by `build.rs` from `probe-ebpf`.
 pub static EBPF_OBJECT: &[u8] =

@@ -1,0 +1,214 @@
+//! The attach plan: which eBPF program goes on which function, at which offset.
+//!
+//! Allocations are probed on exactly one layer, chosen here and written into the
+//! recording header with the reason:
+//! * **libc** (default): the target calls a libc `malloc` (Rust's default `System`
+//!   allocator does, through `__rdl_alloc`, and so does C code). Rust's allocation
+//!   passes through `__rust_alloc` *and* `malloc`; probing libc alone counts it once
+//!   and also sees C allocations.
+//! * **Rust shims**: the binary has its own `#[global_allocator]` (`__rg_alloc`), so
+//!   libc would miss most allocations; we probe `__rust_alloc` and friends instead.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+
+use crate::attach_offset::entry_probe_offset;
+use crate::preset::Preset;
+use crate::recording::{AllocLayer, ScopeKind};
+use crate::symbols::{ElfSymbols, Function};
+use crate::target::Target;
+
+/// One uprobe or uretprobe to attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// Name of the eBPF program (a function in `probe-ebpf/src/main.rs`).
+    pub program: &'static str,
+    /// The file to attach to (openable from here).
+    pub path: PathBuf,
+    /// File offset of the probed instruction.
+    pub file_offset: u64,
+    /// For scope probes: the [`ScopeKind`] as the uprobe cookie.
+    pub cookie: Option<u64>,
+    /// Demangled function name, for messages.
+    pub function: String,
+}
+
+pub struct Plan {
+    pub layer: AllocLayer,
+    pub layer_reason: String,
+    pub probes: Vec<Probe>,
+    /// "kind: function" for each probed lifecycle function.
+    pub scopes: Vec<String>,
+}
+
+impl Plan {
+    pub fn scope_kinds(&self) -> impl Iterator<Item = ScopeKind> + '_ {
+        self.probes
+            .iter()
+            .filter_map(|p| p.cookie)
+            .filter_map(|c| ScopeKind::from_cookie(c as u32))
+    }
+}
+
+/// (entry program, return program or "" for none, function name)
+type AllocHook = (&'static str, &'static str, &'static str);
+
+const LIBC_HOOKS: &[AllocHook] = &[
+    ("malloc_enter", "malloc_exit", "malloc"),
+    ("calloc_enter", "malloc_exit", "calloc"),
+    ("realloc_enter", "realloc_exit", "realloc"),
+    (
+        "posix_memalign_enter",
+        "posix_memalign_exit",
+        "posix_memalign",
+    ),
+    ("aligned_alloc_enter", "malloc_exit", "aligned_alloc"),
+    ("aligned_alloc_enter", "malloc_exit", "memalign"),
+    ("free_enter", "", "free"),
+];
+
+const RUST_HOOKS: &[AllocHook] = &[
+    ("malloc_enter", "malloc_exit", "__rustc::__rust_alloc"),
+    (
+        "malloc_enter",
+        "malloc_exit",
+        "__rustc::__rust_alloc_zeroed",
+    ),
+    (
+        "rust_realloc_enter",
+        "realloc_exit",
+        "__rustc::__rust_realloc",
+    ),
+    ("free_enter", "", "__rustc::__rust_dealloc"),
+];
+
+pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<Plan> {
+    let exe_path = target.host_path(&target.exe);
+    let custom_allocator = exe.has_function("*__rg_alloc");
+    let has_rust_shims = exe.named("__rustc::__rust_alloc").is_some();
+    let exe_defines_malloc = exe.named("malloc").is_some();
+    let libc = target
+        .mapped_library("libc.so")
+        .or_else(|| target.mapped_library("libc-"));
+
+    let (layer, reason, hooks, file): (AllocLayer, String, &[AllocHook], Option<ElfSymbols>) =
+        if custom_allocator && has_rust_shims {
+            (
+                AllocLayer::RustShims,
+                "the binary has its own #[global_allocator] (__rg_alloc), so the Rust allocator shims are probed; C allocations are not seen".into(),
+                RUST_HOOKS,
+                None,
+            )
+        } else if exe_defines_malloc {
+            (
+                AllocLayer::Libc,
+                "the executable defines malloc itself (statically linked allocator); its malloc family is probed".into(),
+                LIBC_HOOKS,
+                None,
+            )
+        } else if let Some(libc) = libc {
+            let symbols = ElfSymbols::load(&target.host_path(libc))?;
+            (
+                AllocLayer::Libc,
+                format!(
+                    "allocations reach {libc}'s malloc family (no custom #[global_allocator]); probing it counts each allocation once, C ones included"
+                ),
+                LIBC_HOOKS,
+                Some(symbols),
+            )
+        } else if has_rust_shims {
+            (
+                AllocLayer::RustShims,
+                "no libc is mapped; the Rust allocator shims are probed".into(),
+                RUST_HOOKS,
+                None,
+            )
+        } else {
+            bail!(
+                "pid {} is not dynamically linked to a libc we can probe and has no Rust allocator symbols (__rust_alloc)",
+                target.pid
+            );
+        };
+
+    let (alloc_symbols, alloc_path) = match &file {
+        Some(symbols) => (symbols, symbols.path.clone()),
+        None => (exe, exe_path.clone()),
+    };
+    let mut probes = Vec::new();
+    let mut seen_offsets = Vec::new();
+    for &(enter, exit, name) in hooks {
+        let Some(function) = alloc_symbols.named(name) else {
+            continue;
+        };
+        // memalign and aligned_alloc are one function in glibc: probe it once.
+        if seen_offsets.contains(&function.file_offset) {
+            continue;
+        }
+        seen_offsets.push(function.file_offset);
+        let entry_offset = if exit.is_empty() {
+            entry_probe_offset(alloc_symbols.code(function, 64), name == "free")
+        } else {
+            0
+        };
+        probes.push(probe(enter, &alloc_path, function, entry_offset, None));
+        if !exit.is_empty() {
+            probes.push(probe(exit, &alloc_path, function, 0, None));
+        }
+    }
+    if !probes.iter().any(|p| p.program == "free_enter")
+        || !probes.iter().any(|p| p.program == "malloc_exit")
+    {
+        bail!(
+            "could not find the allocator's malloc and free in {}",
+            alloc_path.display()
+        );
+    }
+
+    let mut scopes = Vec::new();
+    for rule in &preset.scopes {
+        for pattern in &rule.patterns {
+            for function in exe.matching(pattern) {
+                let cookie = Some(rule.kind as u64);
+                let entry_offset = if rule.returns {
+                    0
+                } else {
+                    entry_probe_offset(exe.code(function, 64), false)
+                };
+                probes.push(probe(
+                    "scope_enter",
+                    &exe_path,
+                    function,
+                    entry_offset,
+                    cookie,
+                ));
+                if rule.returns {
+                    probes.push(probe("scope_exit", &exe_path, function, 0, cookie));
+                }
+                scopes.push(format!("{}: {}", rule.kind.name(), function.name));
+            }
+        }
+    }
+    Ok(Plan {
+        layer,
+        layer_reason: reason,
+        probes,
+        scopes,
+    })
+}
+
+fn probe(
+    program: &'static str,
+    path: &std::path::Path,
+    function: &Function,
+    offset: u64,
+    cookie: Option<u64>,
+) -> Probe {
+    Probe {
+        program,
+        path: path.to_owned(),
+        file_offset: function.file_offset + offset,
+        cookie,
+        function: function.name.clone(),
+    }
+}

@@ -1,0 +1,264 @@
+//! What a recording says: its [`Header`] and a stream of [`Record`]s.
+//!
+//! Addresses are virtual addresses in the target; timestamps are CLOCK_MONOTONIC
+//! nanoseconds (what `bpf_ktime_get_ns` returns), mapped to wall time through
+//! [`ClockOrigin`]. Stacks are written once as [`Record::Stack`] and referred to by id.
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a [`Record::Stack`] in this recording.
+pub type StackId = u32;
+
+/// Who wrote the recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Producer {
+    Ebpf,
+    InProcess,
+}
+
+impl Producer {
+    /// The name `summary.json` and reports use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Producer::Ebpf => "ebpf",
+            Producer::InProcess => "in-process",
+        }
+    }
+}
+
+/// A pair of simultaneous readings of the monotonic and the wall clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockOrigin {
+    pub monotonic_ns: u64,
+    pub unix_ns: u64,
+}
+
+impl ClockOrigin {
+    pub fn now() -> Self {
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Self {
+            monotonic_ns: monotonic_ns(),
+            unix_ns,
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds (the clock of every record's `ts`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Which layer of the allocator stack was probed (one per allocation, never both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocLayer {
+    /// libc `malloc`/`calloc`/`realloc`/`free`/`posix_memalign`/`aligned_alloc`.
+    Libc,
+    /// Rust's `__rust_alloc`/`__rust_dealloc`/`__rust_realloc`/`__rust_alloc_zeroed`.
+    RustShims,
+    /// A global allocator wrapper inside the process (in-process mode).
+    GlobalAllocator,
+}
+
+/// How the producer was configured; copied into reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    pub alloc_layer: AllocLayer,
+    /// Why this layer: e.g. "glibc malloc is used; no custom #[global_allocator]".
+    pub alloc_layer_reason: String,
+    /// Frames kept per allocation stack.
+    pub stack_depth: u32,
+    /// The preset that named the lifecycle functions (e.g. "rmcp-3.11").
+    pub preset: Option<String>,
+    /// Lifecycle functions found and probed, as "kind: demangled name" lines.
+    pub scope_probes: Vec<String>,
+    /// Anything else worth knowing, as "key: value" lines.
+    pub notes: Vec<String>,
+}
+
+/// The first frame of every recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    pub producer: Producer,
+    /// `leakscope-probe 0.1.0`, for reports.
+    pub producer_version: String,
+    pub pid: u32,
+    pub exe: String,
+    /// GNU build-id of the executable, hex.
+    pub build_id: Option<String>,
+    pub clock: ClockOrigin,
+    pub settings: Settings,
+}
+
+/// The rmcp lifecycle functions a [`Record::Scope`] can be about.
+///
+/// The discriminants are the eBPF uprobe cookies; keep them stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScopeKind {
+    /// `create_local_session_with_event_store`: makes the session's handle and its channel.
+    SessionCreate = 0,
+    /// `WorkerTransport<W>::spawn`: makes the worker's channels and spawns its task.
+    WorkerSpawn = 1,
+    /// The worker's poll function; `arg` at entry points into its task.
+    WorkerPoll = 2,
+    /// `drop_in_place<LocalSessionWorker>`: the worker's end; `arg` points to the worker.
+    WorkerDrop = 3,
+    /// `LocalSessionManager::close_session`, where it has a symbol.
+    SessionClose = 4,
+    /// In-process mode: a `tracing` span carrying a session id is entered/exited.
+    SessionSpan = 5,
+}
+
+impl ScopeKind {
+    pub const ALL: [ScopeKind; 6] = [
+        ScopeKind::SessionCreate,
+        ScopeKind::WorkerSpawn,
+        ScopeKind::WorkerPoll,
+        ScopeKind::WorkerDrop,
+        ScopeKind::SessionClose,
+        ScopeKind::SessionSpan,
+    ];
+
+    pub fn from_cookie(cookie: u32) -> Option<Self> {
+        Self::ALL.get(cookie as usize).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScopeKind::SessionCreate => "session-create",
+            ScopeKind::WorkerSpawn => "worker-spawn",
+            ScopeKind::WorkerPoll => "worker-poll",
+            ScopeKind::WorkerDrop => "worker-drop",
+            ScopeKind::SessionClose => "session-close",
+            ScopeKind::SessionSpan => "session-span",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    Enter,
+    Exit,
+}
+
+/// Something learned about a session beyond its scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionFact {
+    /// The session id string (`mcp-session-id`), tagged to the scope open on `tid`.
+    Id(String),
+    /// Why the worker quit, when the producer can tell (e.g. "idle-timeout").
+    WorkerQuit(String),
+}
+
+/// An executable region of the target, so stacks can be symbolized later or elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset in `path` of the region's first byte.
+    pub file_offset: u64,
+    pub path: String,
+    pub build_id: Option<String>,
+}
+
+impl Mapping {
+    pub fn contains(&self, addr: u64) -> bool {
+        (self.start..self.end).contains(&addr)
+    }
+}
+
+/// Why records were dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LostReason {
+    /// The kernel ring buffer was full.
+    RingFull,
+    /// The table of allocation calls in progress was full.
+    PendingFull,
+    /// A stack could not be captured (the record was kept, without frames).
+    Stack,
+    /// The in-process recorder's buffers were full.
+    BufferFull,
+}
+
+/// Why the recording ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndReason {
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// `--duration` elapsed.
+    Duration,
+    /// The target process exited.
+    TargetExited,
+    /// The in-process recorder was dropped (program end).
+    Finished,
+}
+
+/// One event of a recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Record {
+    Alloc {
+        ts: u64,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        stack: Option<StackId>,
+    },
+    Free {
+        ts: u64,
+        tid: u32,
+        addr: u64,
+    },
+    /// `old` was resized to `new` (`new` may equal `old`; `new == 0` means it failed).
+    Realloc {
+        ts: u64,
+        tid: u32,
+        old: u64,
+        new: u64,
+        size: u64,
+        stack: Option<StackId>,
+    },
+    Scope {
+        ts: u64,
+        tid: u32,
+        kind: ScopeKind,
+        phase: Phase,
+        /// First argument at entry; return value at exit (in-process: a session key).
+        arg: u64,
+    },
+    Session {
+        ts: u64,
+        tid: u32,
+        fact: SessionFact,
+    },
+    /// Frames are return addresses, innermost first.
+    Stack {
+        id: StackId,
+        frames: Vec<u64>,
+    },
+    Mapping(Mapping),
+    Lost {
+        ts: u64,
+        reason: LostReason,
+        count: u64,
+    },
+    End {
+        ts: u64,
+        reason: EndReason,
+    },
+}

@@ -1,0 +1,34 @@
+//! The recording: one file format for every producer (eBPF probe, in-process mode).
+//!
+//! ```text
+//! file   = MAGIC (8 bytes) | format version (u32 LE) | frame(Header) | frame(Vec<Record>)*
+//! frame  = payload length (u32 LE) | CRC-32 of payload (u32 LE) | payload (postcard)
+//! ```
+//! Producers append frames and flush them as they go, so a producer killed at any
+//! moment leaves a readable prefix: the reader stops at the first frame that is
+//! short or fails its checksum and reports a [`Tail::Torn`] instead of an error.
+//! The format version sits outside the frames so a reader can refuse a newer file
+//! before decoding anything. `docs/recording-format.md` is the reference.
+
+mod event;
+mod reader;
+mod writer;
+
+pub use event::{
+    AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
+    ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
+};
+pub use reader::{ReadError, RecordingReader, Tail};
+pub use writer::RecordingWriter;
+
+/// First bytes of every recording.
+pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
+
+/// Bumped on any incompatible change of the framing or of [`Header`]/[`Record`].
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A frame longer than this is corruption, not data (writers flush far earlier).
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+
+#[cfg(test)]
+mod tests;

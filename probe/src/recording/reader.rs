@@ -1,0 +1,215 @@
+//! Reading a recording back, record by record, tolerating a torn tail.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, Record};
+
+/// Why a file cannot be read as a recording at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path} is not a leakscope recording (it does not start with the .lsrec magic bytes)")]
+    NotARecording { path: PathBuf },
+    #[error(
+        "{path} is a recording of format version {found}, newer than this leakscope reads ({FORMAT_VERSION}); upgrade leakscope"
+    )]
+    NewerVersion { path: PathBuf, found: u32 },
+    #[error("{path} is truncated before the end of its header: nothing to read")]
+    TruncatedHeader { path: PathBuf },
+    #[error("{path} has a corrupt header: {reason}")]
+    BadHeader { path: PathBuf, reason: String },
+}
+
+/// How the recording ended, known once all records have been read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    /// Every byte belonged to a complete, valid frame.
+    Clean,
+    /// The bytes from `offset` on are not a complete valid frame (the producer was
+    /// killed mid-write, or the file was cut); everything before was read.
+    Torn { offset: u64, reason: String },
+}
+
+/// Iterates over the records of a recording; check [`tail`](Self::tail) at the end.
+pub struct RecordingReader<R: Read = BufReader<File>> {
+    input: R,
+    header: Header,
+    batch: std::vec::IntoIter<Record>,
+    offset: u64,
+    tail: Option<Tail>,
+}
+
+impl RecordingReader<BufReader<File>> {
+    pub fn open(path: &Path) -> Result<Self, ReadError> {
+        let file = File::open(path).map_err(|source| ReadError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::new(BufReader::with_capacity(1 << 20, file), path)
+    }
+}
+
+enum Frame {
+    Payload(Vec<u8>),
+    End,
+    Torn(String),
+}
+
+impl<R: Read> RecordingReader<R> {
+    /// `path` only names the input in errors.
+    pub fn new(mut input: R, path: &Path) -> Result<Self, ReadError> {
+        let io_error = |source| ReadError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut start = [0u8; 12];
+        let got = read_up_to(&mut input, &mut start).map_err(io_error)?;
+        if got < MAGIC.len() || start[..8] != MAGIC {
+            return Err(ReadError::NotARecording {
+                path: path.to_owned(),
+            });
+        }
+        if got < start.len() {
+            return Err(ReadError::TruncatedHeader {
+                path: path.to_owned(),
+            });
+        }
+        let found = u32::from_le_bytes(start[8..12].try_into().expect("4 bytes"));
+        if found > FORMAT_VERSION {
+            return Err(ReadError::NewerVersion {
+                path: path.to_owned(),
+                found,
+            });
+        }
+        let mut offset = start.len() as u64;
+        let header = match read_frame(&mut input, &mut offset).map_err(io_error)? {
+            Frame::Payload(bytes) => {
+                postcard::from_bytes(&bytes).map_err(|e| ReadError::BadHeader {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })?
+            }
+            Frame::End | Frame::Torn(_) => {
+                return Err(ReadError::TruncatedHeader {
+                    path: path.to_owned(),
+                });
+            }
+        };
+        Ok(Self {
+            input,
+            header,
+            batch: Vec::new().into_iter(),
+            offset,
+            tail: None,
+        })
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// `None` until the last record has been returned.
+    pub fn tail(&self) -> Option<&Tail> {
+        self.tail.as_ref()
+    }
+
+    /// Bytes consumed so far (for progress bars).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn next_batch(&mut self) -> bool {
+        let frame_start = self.offset;
+        let frame = match read_frame(&mut self.input, &mut self.offset) {
+            Ok(frame) => frame,
+            Err(e) => Frame::Torn(e.to_string()),
+        };
+        match frame {
+            Frame::Payload(bytes) => match postcard::from_bytes::<Vec<Record>>(&bytes) {
+                Ok(records) => {
+                    self.batch = records.into_iter();
+                    true
+                }
+                Err(e) => {
+                    self.tail = Some(Tail::Torn {
+                        offset: frame_start,
+                        reason: format!("undecodable frame: {e}"),
+                    });
+                    false
+                }
+            },
+            Frame::End => {
+                self.tail = Some(Tail::Clean);
+                false
+            }
+            Frame::Torn(reason) => {
+                self.tail = Some(Tail::Torn {
+                    offset: frame_start,
+                    reason,
+                });
+                false
+            }
+        }
+    }
+}
+
+impl<R: Read> Iterator for RecordingReader<R> {
+    type Item = Record;
+
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            if let Some(record) = self.batch.next() {
+                return Some(record);
+            }
+            if self.tail.is_some() || !self.next_batch() {
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads one frame; `offset` advances past it only when it is complete and valid.
+fn read_frame(input: &mut impl Read, offset: &mut u64) -> io::Result<Frame> {
+    let mut prefix = [0u8; 8];
+    let got = read_up_to(input, &mut prefix)?;
+    if got == 0 {
+        return Ok(Frame::End);
+    }
+    if got < prefix.len() {
+        return Ok(Frame::Torn(format!(
+            "frame prefix cut after {got} of 8 bytes"
+        )));
+    }
+    let len = u32::from_le_bytes(prefix[..4].try_into().expect("4 bytes"));
+    let crc = u32::from_le_bytes(prefix[4..].try_into().expect("4 bytes"));
+    if len > MAX_FRAME_BYTES {
+        return Ok(Frame::Torn(format!("frame length {len} is not plausible")));
+    }
+    let mut payload = vec![0u8; len as usize];
+    let got = read_up_to(input, &mut payload)?;
+    if got < payload.len() {
+        return Ok(Frame::Torn(format!("frame cut after {got} of {len} bytes")));
+    }
+    if crc32fast::hash(&payload) != crc {
+        return Ok(Frame::Torn("frame checksum mismatch".into()));
+    }
+    *offset += 8 + len as u64;
+    Ok(Frame::Payload(payload))
+}
+
+/// Like `read_exact`, but reports how much it got instead of failing at EOF.
+fn read_up_to(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

@@ -1,0 +1,86 @@
+//! Appending frames to a recording.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use super::{FORMAT_VERSION, Header, MAGIC, Record};
+
+/// Records per frame at most; a frame is also cut by every [`RecordingWriter::flush`].
+const FRAME_RECORDS: usize = 8192;
+
+/// Writes a recording: header first, then records in framed batches.
+///
+/// Records are buffered in memory and written as one frame by [`flush`](Self::flush)
+/// (call it regularly: what is not flushed is lost if the process dies) or when
+/// [`FRAME_RECORDS`] are pending. Each frame is one `write_all` followed by a flush
+/// of the underlying writer, so a kill leaves at most one torn frame at the end.
+pub struct RecordingWriter<W: Write = BufWriter<File>> {
+    out: W,
+    pending: Vec<Record>,
+    frames: u64,
+}
+
+impl RecordingWriter<BufWriter<File>> {
+    /// Creates (or truncates) `path` and writes the header.
+    pub fn create(path: &Path, header: &Header) -> io::Result<Self> {
+        let file = File::create(path)?;
+        Self::new(BufWriter::with_capacity(1 << 20, file), header)
+    }
+}
+
+impl<W: Write> RecordingWriter<W> {
+    pub fn new(mut out: W, header: &Header) -> io::Result<Self> {
+        out.write_all(&MAGIC)?;
+        out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        let payload = postcard::to_stdvec(header).map_err(io::Error::other)?;
+        write_frame(&mut out, &payload)?;
+        out.flush()?;
+        Ok(Self {
+            out,
+            pending: Vec::with_capacity(FRAME_RECORDS),
+            frames: 0,
+        })
+    }
+
+    pub fn push(&mut self, record: Record) -> io::Result<()> {
+        self.pending.push(record);
+        if self.pending.len() >= FRAME_RECORDS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the pending records as one frame and flushes it to the file.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let payload = postcard::to_stdvec(&self.pending).map_err(io::Error::other)?;
+        write_frame(&mut self.out, &payload)?;
+        self.out.flush()?;
+        self.pending.clear();
+        self.frames += 1;
+        Ok(())
+    }
+
+    /// Frames written so far (the header not counted).
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Writes `end` (normally a [`Record::End`]), flushes, and hands back the writer.
+    pub fn finish(mut self, end: Record) -> io::Result<W> {
+        self.pending.push(end);
+        self.flush()?;
+        Ok(self.out)
+    }
+}
+
+fn write_frame(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+    let mut frame = Vec::with_capacity(payload.len() + 8);
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    frame.extend_from_slice(payload);
+    out.write_all(&frame)
+}

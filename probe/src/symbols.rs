@@ -1,0 +1,180 @@
+//! Function symbols of the target's ELF files, by demangled name.
+//!
+//! The probe attaches by file offset, so for each function we keep its virtual
+//! address, size and the file offset of its first byte. Names are demangled with
+//! rustc-demangle's alternate form (no hash, no `.llvm.N` suffix), which is what
+//! presets match against. Also used to name return addresses in tests.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use wildmatch::WildMatch;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// Demangled, without hash.
+    pub name: String,
+    pub vaddr: u64,
+    pub size: u64,
+    /// Where the first byte is in the file (what uprobes attach to).
+    pub file_offset: u64,
+}
+
+/// A loadable segment: how virtual addresses map to file offsets.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    vaddr: u64,
+    file_offset: u64,
+    file_size: u64,
+}
+
+pub struct ElfSymbols {
+    pub path: PathBuf,
+    pub build_id: Option<String>,
+    data: Vec<u8>,
+    /// Sorted by `vaddr`, one entry per address.
+    functions: Vec<Function>,
+    segments: Vec<Segment>,
+}
+
+impl ElfSymbols {
+    pub fn load(path: &Path) -> Result<Self> {
+        let data =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let file = object::File::parse(&*data)
+            .with_context(|| format!("{} is not an ELF file", path.display()))?;
+        let segments: Vec<Segment> = file
+            .segments()
+            .map(|s| {
+                let (file_offset, file_size) = s.file_range();
+                Segment {
+                    vaddr: s.address(),
+                    file_offset,
+                    file_size,
+                }
+            })
+            .collect();
+        let build_id = file.build_id().ok().flatten().map(hex);
+        let mut functions: Vec<Function> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+            .filter_map(|s| {
+                let raw = s.name().ok()?;
+                let vaddr = s.address();
+                let file_offset = file_offset_of(&segments, vaddr)?;
+                Some(Function {
+                    name: demangle(raw),
+                    vaddr,
+                    size: s.size(),
+                    file_offset,
+                })
+            })
+            .collect();
+        functions.sort_by(|a, b| a.vaddr.cmp(&b.vaddr).then(b.size.cmp(&a.size)));
+        functions.dedup_by(|a, b| a.vaddr == b.vaddr && a.name == b.name);
+        drop(file);
+        Ok(Self {
+            path: path.to_owned(),
+            build_id,
+            data,
+            functions,
+            segments,
+        })
+    }
+
+    /// Every function whose demangled name matches `pattern` (`*` = any text),
+    /// one per address.
+    pub fn matching(&self, pattern: &str) -> Vec<&Function> {
+        let matcher = WildMatch::new(pattern);
+        let mut found: Vec<&Function> = self
+            .functions
+            .iter()
+            .filter(|f| matcher.matches(&f.name))
+            .collect();
+        found.dedup_by_key(|f| f.vaddr);
+        found
+    }
+
+    /// The function with exactly this (demangled) name, if any.
+    pub fn named(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// The function containing virtual address `vaddr`.
+    pub fn function_at(&self, vaddr: u64) -> Option<&Function> {
+        let after = self.functions.partition_point(|f| f.vaddr <= vaddr);
+        self.functions[..after]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|f| vaddr < f.vaddr + f.size.max(1))
+    }
+
+    /// The virtual address that file offset `offset` is loaded at.
+    pub fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| (s.file_offset..s.file_offset + s.file_size).contains(&offset))
+            .map(|s| s.vaddr + (offset - s.file_offset))
+    }
+
+    /// The first bytes of a function's code, for decoding its prologue.
+    pub fn code(&self, function: &Function, max: usize) -> &[u8] {
+        let start = function.file_offset as usize;
+        let len = (function.size as usize).clamp(1, max);
+        self.data.get(start..start + len).unwrap_or(&[])
+    }
+
+    pub fn has_function(&self, pattern: &str) -> bool {
+        !self.matching(pattern).is_empty()
+    }
+}
+
+fn file_offset_of(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| (s.vaddr..s.vaddr + s.file_size).contains(&vaddr))
+        .map(|s| s.file_offset + (vaddr - s.vaddr))
+}
+
+/// rustc-demangle's alternate form (no hash); C names come back unchanged.
+pub fn demangle(raw: &str) -> String {
+    match rustc_demangle::try_demangle(raw) {
+        Ok(name) => format!("{name:#}"),
+        Err(_) => raw.split('@').next().unwrap_or(raw).to_owned(),
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_rust_and_keeps_c_names() {
+        assert_eq!(demangle("malloc"), "malloc");
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE.llvm.1234"),
+            "core::ptr::drop_in_place"
+        );
+    }
+
+    #[test]
+    fn finds_functions_of_this_test_binary() {
+        let me = std::env::current_exe().unwrap();
+        let symbols = ElfSymbols::load(&me).unwrap();
+        let found = symbols.matching("*symbols::tests::finds_functions_of_this_test_binary");
+        assert!(!found.is_empty());
+        let f = found[0];
+        assert_eq!(
+            symbols.function_at(f.vaddr + 1).map(|g| &g.name),
+            Some(&f.name)
+        );
+        assert_eq!(symbols.vaddr_of_file_offset(f.file_offset), Some(f.vaddr));
+    }
+}

@@ -1,0 +1,146 @@
+//! The process we attach to: its executable, its executable mappings, its libc.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::recording::Mapping;
+use crate::symbols::hex;
+
+pub struct Target {
+    pub pid: u32,
+    /// The executable as the target sees it (from `/proc/PID/exe`).
+    pub exe: String,
+    /// Executable file-backed regions, with build-ids.
+    pub mappings: Vec<Mapping>,
+}
+
+impl Target {
+    pub fn inspect(pid: u32) -> Result<Self> {
+        if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process with pid {pid}");
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| {
+                format!("cannot read /proc/{pid}/exe (is the process a kernel thread, or gone?)")
+            })?
+            .to_string_lossy()
+            .into_owned();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+        let mut build_ids: HashMap<String, Option<String>> = HashMap::new();
+        let mut mappings = Vec::new();
+        for line in maps.lines() {
+            let Some(region) = parse_maps_line(line) else {
+                continue;
+            };
+            let build_id = build_ids
+                .entry(region.path.clone())
+                .or_insert_with(|| read_build_id(&host_path(pid, &region.path)))
+                .clone();
+            mappings.push(Mapping { build_id, ..region });
+        }
+        Ok(Self { pid, exe, mappings })
+    }
+
+    /// The file the target maps whose name starts with `prefix` (e.g. "libc.so").
+    pub fn mapped_library(&self, prefix: &str) -> Option<&str> {
+        self.mappings.iter().map(|m| m.path.as_str()).find(|path| {
+            path.rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with(prefix))
+        })
+    }
+
+    /// A path to `path` as the target sees it, openable from here (works across mount namespaces).
+    pub fn host_path(&self, path: &str) -> PathBuf {
+        host_path(self.pid, path)
+    }
+
+    pub fn exe_build_id(&self) -> Option<String> {
+        self.mappings
+            .iter()
+            .find(|m| m.path == self.exe)
+            .and_then(|m| m.build_id.clone())
+    }
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+fn host_path(pid: u32, path: &str) -> PathBuf {
+    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if through_root.exists() {
+        through_root
+    } else {
+        PathBuf::from(path)
+    }
+}
+
+/// `start-end perms offset dev inode path`, executable and file-backed only.
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.split_whitespace();
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let _dev = fields.next()?;
+    let _inode = fields.next()?;
+    let path = fields.collect::<Vec<_>>().join(" ");
+    if !perms.contains('x') || !path.starts_with('/') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        file_offset: u64::from_str_radix(offset, 16).ok()?,
+        path,
+        build_id: None,
+    })
+}
+
+fn read_build_id(path: &Path) -> Option<String> {
+    use object::Object;
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    file.build_id().ok().flatten().map(hex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_executable_file_mappings_only() {
+        let line = "7f00a0000000-7f00a0100000 r-xp 00028000 08:01 1234 /usr/lib/x86_64-linux-gnu/libc.so.6";
+        let m = parse_maps_line(line).unwrap();
+        assert_eq!(
+            (m.start, m.end, m.file_offset),
+            (0x7f00a0000000, 0x7f00a0100000, 0x28000)
+        );
+        assert!(
+            parse_maps_line("7f00a0000000-7f00a0100000 rw-p 00000000 00:00 0 [heap]").is_none()
+        );
+        assert!(
+            parse_maps_line("7f00a0000000-7f00a0100000 r--p 00000000 08:01 1 /lib/x").is_none()
+        );
+    }
+
+    #[test]
+    fn inspects_this_process() {
+        let me = Target::inspect(std::process::id()).unwrap();
+        assert!(me.mappings.iter().any(|m| m.path == me.exe));
+        assert!(me.mapped_library("libc.so").is_some());
+        assert!(is_alive(std::process::id()));
+        assert!(Target::inspect(0).is_err());
+    }
+}
