@@ -266,6 +266,18 @@ mod programs {
         0
     }
 
+    /// Benchmarks only (`--bare`): a uprobe that does nothing, for the cost floor.
+    #[uprobe]
+    pub fn noop_enter(_ctx: ProbeContext) -> u32 {
+        0
+    }
+
+    /// Benchmarks only (`--bare`): a uretprobe that does nothing.
+    #[uretprobe]
+    pub fn noop_exit(_ctx: RetProbeContext) -> u32 {
+        0
+    }
+
     #[cfg(not(test))]
     #[panic_handler]
     fn panic(_info: &core::panic::PanicInfo) -> ! {

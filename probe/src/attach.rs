@@ -17,7 +17,7 @@ use leakscope_probe_ebpf::{LOST_REASONS, MAX_STACK_DEPTH};
 
 use crate::capture::{Capture, Stats};
 use crate::loader::{Loaded, load_and_attach};
-use crate::plan::make_plan;
+use crate::plan::{bare, make_plan};
 use crate::preset::Preset;
 use crate::recording::{
     ClockOrigin, EndReason, Header, LostReason, Producer, Record, RecordingWriter, Settings,
@@ -34,6 +34,8 @@ pub struct AttachOptions {
     pub ring_buffer_bytes: u32,
     /// Draw the live status line (on a terminal).
     pub status_line: bool,
+    /// Attach no-op programs at the same points (benchmarks: the uprobe floor).
+    pub bare: bool,
 }
 
 /// What the run produced.
@@ -48,8 +50,11 @@ pub async fn attach(options: AttachOptions) -> Result<AttachOutcome> {
     let target = Target::inspect(options.pid)?;
     let exe = ElfSymbols::load(&target.host_path(&target.exe))
         .with_context(|| format!("cannot read the executable of pid {}", target.pid))?;
-    let plan = make_plan(&target, &exe, &options.preset)?;
-    if plan.scopes.is_empty() {
+    let mut plan = make_plan(&target, &exe, &options.preset)?;
+    if options.bare {
+        plan = bare(plan);
+    }
+    if plan.scopes.is_empty() && !options.bare {
         eprintln!(
             "leakscope-probe: no {} lifecycle functions in {}; recording allocations only",
             options.preset.name, target.exe

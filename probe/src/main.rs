@@ -39,6 +39,9 @@ enum Command {
         /// Ring buffer size in MiB (a power of two); larger loses fewer events under bursts.
         #[arg(long, default_value_t = 8)]
         ring_buffer_mib: u32,
+        /// Benchmarks: attach no-op programs at the same points, to measure the bare uprobe cost.
+        #[arg(long, hide = true)]
+        bare: bool,
     },
     /// Print a recording as JSON lines: the header first, then one record per line.
     Dump {
@@ -63,6 +66,7 @@ async fn run(cli: Cli) -> Result<()> {
             out,
             preset,
             ring_buffer_mib,
+            bare,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -82,6 +86,7 @@ async fn run(cli: Cli) -> Result<()> {
                 preset,
                 ring_buffer_bytes: ring_buffer_mib << 20,
                 status_line: std::io::stderr().is_terminal(),
+                bare,
             })
             .await?;
             Ok(())

@@ -83,6 +83,21 @@ const RUST_HOOKS: &[AllocHook] = &[
     ("free_enter", "", "__rustc::__rust_dealloc"),
 ];
 
+/// Replaces every program with a no-op at the same place and drops scope probes:
+/// what a uprobe costs before our code runs (the benchmark's floor).
+pub fn bare(mut plan: Plan) -> Plan {
+    plan.probes.retain(|p| p.cookie.is_none());
+    for probe in &mut plan.probes {
+        probe.program = if probe.program.ends_with("_exit") {
+            "noop_exit"
+        } else {
+            "noop_enter"
+        };
+    }
+    plan.scopes.clear();
+    plan
+}
+
 pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<Plan> {
     let exe_path = target.host_path(&target.exe);
     let custom_allocator = exe.has_function("*__rg_alloc");

@@ -2,6 +2,7 @@
 //! toolchain, bpf-linker or a particular build profile goes through here, so
 //! plain `cargo build`/`cargo test` stay ordinary.
 
+mod bench;
 mod demo;
 mod setup;
 mod shell;
@@ -24,6 +25,14 @@ enum Command {
     Test,
     /// The main job: a leaky rmcp fixture, abandoned sessions, and what happens to them.
     Demo(demo::DemoArgs),
+    /// What the probe costs a malloc/free pair, beside the bare-uprobe floor (ratios, one run).
+    Bench(bench::BenchArgs),
+    /// Build the probe (release) and run `leakscope-probe attach ARGS...`, e.g. `--pid 1234 --duration 60s`.
+    Attach {
+        /// Arguments for `leakscope-probe attach` (see `--help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() {
@@ -32,11 +41,29 @@ fn main() {
         Command::Setup => setup::ensure_prerequisites(),
         Command::Test => test(),
         Command::Demo(args) => demo::run(&args),
+        Command::Attach { args } => attach(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     if let Err(e) = outcome {
         eprintln!("xtask: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The release probe binary, built (with its eBPF object) if needed.
+pub fn build_probe() -> Result<std::path::PathBuf> {
+    setup::ensure_prerequisites()?;
+    shell::cargo(&["build", "--release", "-p", "leakscope-probe"])?;
+    Ok(shell::workspace_root().join("target/release/leakscope-probe"))
+}
+
+fn attach(args: &[String]) -> Result<()> {
+    let probe = build_probe()?;
+    let status = std::process::Command::new(probe)
+        .arg("attach")
+        .args(args)
+        .status()?;
+    std::process::exit(status.code().unwrap_or(1));
 }
 
 fn test() -> Result<()> {

@@ -1,0 +1,167 @@
+//! `cargo xtask bench`: what the probe costs the target, as ratios measured side by side.
+//!
+//! One `alloc-bench` process runs malloc/free pairs in rounds; each round times the
+//! same loop unprobed, under no-op uprobes at the probe's attach points (the floor
+//! any uprobe tool pays), and under the full probe. Medians over rounds are printed
+//! with the ns each mode adds per pair; nothing is asserted (the machine is noisy).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+use crate::shell::{cargo, workspace_root};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// malloc/free pairs per timed run.
+    #[arg(long, default_value_t = 1_000_000)]
+    pairs: u64,
+    /// Rounds (each times every mode once); medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Unprobed,
+    BareUprobes,
+    FullProbe,
+}
+
+struct Bench {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Bench {
+    fn run(&mut self, pairs: u64) -> Result<f64> {
+        writeln!(self.input, "run {pairs}")?;
+        let mut line = String::new();
+        self.output.read_line(&mut line)?;
+        line.trim()
+            .parse()
+            .with_context(|| format!("alloc-bench said {line:?}"))
+    }
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let probe = crate::build_probe()?;
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "leakscope-fixtures",
+        "--bin",
+        "alloc-bench",
+    ])?;
+    let release = workspace_root().join("target/release");
+    let mut child = Command::new(release.join("alloc-bench"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let input = child.stdin.take().expect("piped");
+    let mut output = BufReader::new(child.stdout.take().expect("piped"));
+    let mut ready = String::new();
+    output.read_line(&mut ready)?;
+    let mut bench = Bench {
+        child,
+        input,
+        output,
+    };
+    bench.run(args.pairs / 10)?; // warm up the allocator and the page cache
+
+    let modes = [Mode::Unprobed, Mode::BareUprobes, Mode::FullProbe];
+    let mut results: Vec<(Mode, Vec<f64>)> = modes.iter().map(|m| (*m, vec![])).collect();
+    let out = std::env::temp_dir().join("leakscope-bench.lsrec");
+    for round in 0..args.rounds {
+        for (mode, samples) in &mut results {
+            let attached = match mode {
+                Mode::Unprobed => None,
+                Mode::BareUprobes => Some(attach(&probe, bench.child.id(), &out, true)?),
+                Mode::FullProbe => Some(attach(&probe, bench.child.id(), &out, false)?),
+            };
+            let ns = bench.run(args.pairs)?;
+            if let Some(probe) = attached {
+                stop(probe)?;
+            }
+            eprintln!("round {}: {mode:?}: {ns:.1} ns/pair", round + 1);
+            samples.push(ns);
+        }
+    }
+    drop(bench.input);
+    let _ = bench.child.wait();
+    let _ = std::fs::remove_file(&out);
+
+    let median = |mode: Mode| {
+        let mut v = results
+            .iter()
+            .find(|(m, _)| *m == mode)
+            .expect("mode")
+            .1
+            .clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (base, bare, full) = (
+        median(Mode::Unprobed),
+        median(Mode::BareUprobes),
+        median(Mode::FullProbe),
+    );
+    println!(
+        "malloc(64)+free pairs: {} per run, {} rounds, medians",
+        args.pairs, args.rounds
+    );
+    println!("| mode | ns per pair | added vs unprobed |");
+    println!("| --- | --- | --- |");
+    println!("| unprobed | {base:.1} | - |");
+    println!(
+        "| bare uprobes (no-op programs, same points) | {bare:.1} | {:.1} |",
+        bare - base
+    );
+    println!("| leakscope probe | {full:.1} | {:.1} |", full - base);
+    println!(
+        "leakscope adds {:.2}x the bare-uprobe floor ({:.1} ns of its own code per pair)",
+        (full - base) / (bare - base),
+        full - bare
+    );
+    Ok(())
+}
+
+fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<Child> {
+    let mut command = Command::new(probe);
+    command
+        .args(["attach", "--pid", &pid.to_string(), "--out"])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if bare {
+        command.arg("--bare");
+    }
+    let mut child = command.spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    if !line.starts_with("attached:") {
+        let _ = child.kill();
+        bail!("the probe did not attach (is this root?): {line:?}");
+    }
+    Ok(child)
+}
+
+fn stop(mut probe: Child) -> Result<()> {
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc_kill(probe.id() as i32) };
+    probe.wait()?;
+    Ok(())
+}
+
+unsafe fn libc_kill(pid: i32) {
+    // SIGINT = 2: the probe detaches and finishes its recording.
+    unsafe extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { kill(pid, 2) };
+}
