@@ -1,10 +1,72 @@
-use clap::Parser;
+//! `leakscope`: analyze recordings.
 
-/// Analyze leakscope recordings.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use leakscope_analyzer::{ReportOptions, report};
+
 #[derive(Debug, Parser)]
-#[command(version, about)]
-struct Cli {}
+#[command(
+    version,
+    about = "Explain which code keeps memory alive, from a leakscope recording"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write report.md and summary.json for a recording.
+    Report {
+        /// A .lsrec recording (from leakscope-probe or the in-process mode).
+        recording: PathBuf,
+        /// Directory for the outputs (created if missing).
+        #[arg(long, default_value = "report")]
+        out: PathBuf,
+        /// A TOML rules file of extra categories (tried before the built-in rmcp rules).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Frees within this long after a worker's end count as transient, later ones as reclaimed.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+    },
+    /// Print a recording as JSON lines (header first).
+    Dump { recording: PathBuf },
+}
 
 fn main() {
-    let _ = Cli::parse();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("leakscope: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Report {
+            recording,
+            out,
+            rules,
+            grace,
+        } => {
+            let summary = report(
+                &recording,
+                &ReportOptions {
+                    out_dir: out.clone(),
+                    rules,
+                    grace_ns: grace.as_nanos() as u64,
+                },
+            )?;
+            println!("{}", summary.verdict);
+            println!("report written to {}", out.join("report.md").display());
+            Ok(())
+        }
+        Command::Dump { recording } => {
+            leakscope_probe::recording::dump(&recording, std::io::stdout().lock())?;
+            Ok(())
+        }
+    }
 }

@@ -1,14 +1,13 @@
 //! `leakscope-probe`: attach to a running process and record; print recordings.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 use leakscope_probe::attach::{AttachOptions, attach};
 use leakscope_probe::preset::Preset;
-use leakscope_probe::recording::{RecordingReader, Tail};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -91,24 +90,6 @@ async fn run(cli: Cli) -> Result<()> {
             .await?;
             Ok(())
         }
-        Command::Dump { file } => dump(&file),
+        Command::Dump { file } => leakscope_probe::recording::dump(&file, std::io::stdout().lock()),
     }
-}
-
-fn dump(file: &std::path::Path) -> Result<()> {
-    let mut reader = RecordingReader::open(file)?;
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    writeln!(out, "{}", serde_json::to_string(reader.header())?)?;
-    for record in reader.by_ref() {
-        writeln!(out, "{}", serde_json::to_string(&record)?).context("writing to stdout")?;
-    }
-    out.flush()?;
-    if let Some(Tail::Torn { offset, reason }) = reader.tail() {
-        eprintln!(
-            "leakscope-probe: {}: torn tail at byte {offset} ({reason}); everything before it was printed",
-            file.display()
-        );
-    }
-    Ok(())
 }

@@ -181,7 +181,7 @@ impl Mapping {
 }
 
 /// Why records were dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LostReason {
     /// The kernel ring buffer was full.

@@ -30,5 +30,25 @@ pub const FORMAT_VERSION: u32 = 1;
 /// A frame longer than this is corruption, not data (writers flush far earlier).
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
 
+/// Prints a recording as JSON lines: the header, then one record per line. A torn
+/// tail is reported on stderr after the readable prefix (which is still printed).
+pub fn dump(path: &std::path::Path, out: impl std::io::Write) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut reader = RecordingReader::open(path)?;
+    let mut out = std::io::BufWriter::new(out);
+    writeln!(out, "{}", serde_json::to_string(reader.header())?)?;
+    for record in reader.by_ref() {
+        writeln!(out, "{}", serde_json::to_string(&record)?)?;
+    }
+    out.flush()?;
+    if let Some(Tail::Torn { offset, reason }) = reader.tail() {
+        eprintln!(
+            "{}: torn tail at byte {offset} ({reason}); everything before it was printed",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;

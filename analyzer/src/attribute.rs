@@ -1,0 +1,156 @@
+//! Categories by call site: which kind of memory a block is, from its stack.
+//!
+//! Rules are demangled-name patterns per category (built-in rmcp preset in
+//! `rules/rmcp.toml`, plus an optional user file put first). The first rule with a
+//! pattern matching any frame of the block's stack decides; no match is `other`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use wildmatch::WildMatch;
+
+/// The built-in rmcp rules.
+pub const RMCP_RULES: &str = include_str!("../rules/rmcp.toml");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    SessionMap,
+    WorkerChannel,
+    WorkerOther,
+    Other,
+}
+
+impl Category {
+    pub const ALL: [Category; 4] = [
+        Category::SessionMap,
+        Category::WorkerChannel,
+        Category::WorkerOther,
+        Category::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::SessionMap => "session-map",
+            Category::WorkerChannel => "worker-channel",
+            Category::WorkerOther => "worker-other",
+            Category::Other => "other",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RulesFile {
+    #[serde(rename = "rule", default)]
+    rules: Vec<RuleText>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RuleText {
+    category: Category,
+    patterns: Vec<String>,
+}
+
+struct Rule {
+    category: Category,
+    patterns: Vec<WildMatch>,
+}
+
+pub struct Rules {
+    rules: Vec<Rule>,
+}
+
+impl Rules {
+    pub fn builtin() -> Self {
+        Self::parse(RMCP_RULES).expect("built-in rules parse")
+    }
+
+    /// The user's rules first, then the built-in ones.
+    pub fn with_user_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read rules {}", path.display()))?;
+        let mut rules = Self::parse(&text)
+            .with_context(|| format!("{} is not a valid rules file", path.display()))?;
+        rules.rules.extend(Self::builtin().rules);
+        Ok(rules)
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        let file: RulesFile = toml::from_str(text)?;
+        Ok(Self {
+            rules: file
+                .rules
+                .into_iter()
+                .map(|r| Rule {
+                    category: r.category,
+                    patterns: r.patterns.iter().map(|p| WildMatch::new(p)).collect(),
+                })
+                .collect(),
+        })
+    }
+
+    /// The category of a block allocated under `frames` (function names, innermost first).
+    pub fn categorize<'a>(&self, frames: impl IntoIterator<Item = &'a str> + Clone) -> Category {
+        self.decide(frames).0
+    }
+
+    /// The category and the index of the frame that decided it (`None` for `other`).
+    pub fn decide<'a>(
+        &self,
+        frames: impl IntoIterator<Item = &'a str> + Clone,
+    ) -> (Category, Option<usize>) {
+        for rule in &self.rules {
+            let matched = frames
+                .clone()
+                .into_iter()
+                .position(|frame| rule.patterns.iter().any(|p| p.matches(frame)));
+            if let Some(index) = matched {
+                return (rule.category, Some(index));
+            }
+        }
+        (Category::Other, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_channel_is_session_map_and_first_rule_wins() {
+        let rules = Rules::builtin();
+        let frames = [
+            "tokio::sync::mpsc::bounded::channel",
+            "rmcp::transport::streamable_http_server::session::local::create_local_session_with_event_store",
+        ];
+        assert_eq!(
+            rules.categorize(frames.iter().copied()),
+            Category::SessionMap
+        );
+        assert_eq!(
+            rules.categorize(
+                ["tokio::sync::mpsc::bounded::channel", "main"]
+                    .iter()
+                    .copied()
+            ),
+            Category::WorkerChannel
+        );
+        assert_eq!(rules.categorize(["main"].iter().copied()), Category::Other);
+    }
+
+    #[test]
+    fn user_rules_come_first() {
+        let path = std::env::temp_dir().join(format!("rules-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "[[rule]]\ncategory = \"other\"\npatterns = [\"tokio::*\"]\n",
+        )
+        .unwrap();
+        let rules = Rules::with_user_file(&path).unwrap();
+        assert_eq!(
+            rules.categorize(["tokio::sync::mpsc::bounded::channel"].iter().copied()),
+            Category::Other
+        );
+    }
+}

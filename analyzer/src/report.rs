@@ -1,0 +1,155 @@
+//! `report.md`: the summary in a form to paste into a GitHub issue.
+
+use std::fmt::Write as _;
+
+use leakscope_probe::recording::Tail;
+
+use crate::summary::Summary;
+use crate::timeline::Timeline;
+
+/// Bytes in B / KiB / MiB.
+pub fn bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", n / (1024.0 * 1024.0))
+    } else if n >= 1024.0 {
+        format!("{:.1} KiB", n / 1024.0)
+    } else {
+        format!("{n:.0} B")
+    }
+}
+
+pub fn render(summary: &Summary, timeline: &Timeline) -> String {
+    let mut md = String::new();
+    let h = &timeline.header;
+    let exe = h.exe.rsplit('/').next().unwrap_or(&h.exe);
+    let _ = writeln!(md, "# leakscope report: {exe} (pid {})\n", h.pid);
+    let _ = writeln!(md, "**Verdict:** {}\n", summary.verdict);
+
+    let _ = writeln!(md, "## Memory by category\n");
+    let _ = writeln!(
+        md,
+        "| category | allocated | reclaimed | retained by ended sessions |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
+    for c in &summary.categories {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            c.name,
+            bytes(c.allocated_bytes),
+            bytes(c.reclaimed_bytes),
+            bytes(c.retained_bytes)
+        );
+    }
+
+    let s = &summary.sessions;
+    let _ = writeln!(md, "\n## Per session\n");
+    let _ = writeln!(
+        md,
+        "{} sessions born, {} workers ended, {} closed (retain nothing after their worker ended). \
+         Grace period: {} ms after the worker's end.\n",
+        s.count,
+        s.worker_ended,
+        s.closed,
+        timeline.grace_ns / 1_000_000
+    );
+    let _ = writeln!(md, "| per session | p50 | p90 | max |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
+    let _ = writeln!(
+        md,
+        "| transient (freed within the grace period after the worker ended) | {} | {} | {} |",
+        bytes(s.transient_bytes.p50),
+        bytes(s.transient_bytes.p90),
+        bytes(s.transient_bytes.max)
+    );
+    let _ = writeln!(
+        md,
+        "| retained (still live, worker gone) | {} | {} | {} |",
+        bytes(s.retained_bytes.p50),
+        bytes(s.retained_bytes.p90),
+        bytes(s.retained_bytes.max)
+    );
+
+    let _ = writeln!(md, "\n## Plateau model\n");
+    let duration = timeline.duration_s().max(1e-9);
+    let rate = s.count as f64 / duration;
+    let lifetimes: Vec<f64> = timeline
+        .sessions
+        .iter()
+        .filter_map(|x| x.worker_end_ns.map(|end| (end - x.born_ns) as f64 / 1e9))
+        .collect();
+    let lifetime = median(&lifetimes);
+    let model_transient = rate * lifetime * s.transient_bytes.p50 as f64;
+    let model_retained = rate * duration * s.retained_bytes.p50 as f64;
+    let observed: u64 = timeline.categories.iter().map(|c| c.live_at_end).sum();
+    let _ = writeln!(
+        md,
+        "With sessions created at {rate:.2}/s living {lifetime:.1} s each (worker lifetime, i.e. keep-alive for \
+         abandoned sessions): `rate x lifetime x transient` = {} held by live sessions at any time, plus \
+         `rate x elapsed x retained` = {} after {duration:.1} s, growing without bound. Observed live at the end \
+         of the recording: {} (all categories).\n",
+        bytes(model_transient as u64),
+        bytes(model_retained as u64),
+        bytes(observed)
+    );
+
+    let _ = writeln!(md, "## Top retaining call sites\n");
+    for (i, site) in summary.top_sites.iter().take(5).enumerate() {
+        let _ = writeln!(
+            md,
+            "{}. {} in {} blocks",
+            i + 1,
+            bytes(site.retained_bytes),
+            site.blocks
+        );
+        let _ = writeln!(md, "   ```");
+        for frame in site.frames.iter().take(14) {
+            let _ = writeln!(md, "   {frame}");
+        }
+        let _ = writeln!(md, "   ```");
+    }
+    if summary.top_sites.is_empty() {
+        let _ = writeln!(md, "No memory is retained by ended sessions.");
+    }
+
+    let _ = writeln!(md, "\n## Recording\n");
+    let _ = writeln!(
+        md,
+        "- target: `{}` (pid {}, build-id {})",
+        h.exe,
+        h.pid,
+        h.build_id.as_deref().unwrap_or("unknown")
+    );
+    let _ = writeln!(
+        md,
+        "- producer: {} ({}), allocation layer: {:?}: {}",
+        summary.producer, h.producer_version, h.settings.alloc_layer, h.settings.alloc_layer_reason
+    );
+    let _ = writeln!(
+        md,
+        "- duration {:.1} s, {} allocations, {} frees, {} lost events",
+        summary.duration_s, summary.events.alloc, summary.events.free, summary.events.lost
+    );
+    let ending = match (&timeline.tail, timeline.end_reason) {
+        (Tail::Torn { offset, reason }, _) => {
+            format!("torn at byte {offset} ({reason}); the readable prefix was analyzed")
+        }
+        (Tail::Clean, Some(reason)) => format!("ended cleanly ({reason:?})"),
+        (Tail::Clean, None) => "no end record (the producer was stopped abruptly)".into(),
+    };
+    let _ = writeln!(md, "- recording: {ending}");
+    for probe in &h.settings.scope_probes {
+        let _ = writeln!(md, "- lifecycle probe: `{probe}`");
+    }
+    md
+}
+
+fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -1,0 +1,106 @@
+//! Return addresses to function names, through the recording's own mappings.
+//!
+//! Each address is turned into (file, file offset) with the recorded `Mapping`s,
+//! so symbolization needs the same files, not the live process. blazesym reads
+//! the symbols and DWARF (inline frames included); results are cached per address.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze};
+use leakscope_probe::recording::Mapping;
+use leakscope_probe::symbols::demangle;
+
+/// One frame after symbolization; inlined calls become frames of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Demangled, without hash; `0x...` when unknown.
+    pub function: String,
+    pub location: Option<String>,
+}
+
+pub struct Symbolizer {
+    mappings: Vec<Mapping>,
+    blaze: Blaze,
+    cache: HashMap<u64, Vec<Frame>>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    pub fn new() -> Self {
+        Self {
+            mappings: Vec::new(),
+            blaze: Blaze::new(),
+            cache: HashMap::new(),
+        }
+    }
+
+    pub fn add_mapping(&mut self, mapping: Mapping) {
+        self.mappings.push(mapping);
+    }
+
+    /// Frames for one return address, innermost (inlined) first.
+    pub fn frames(&mut self, ip: u64) -> &[Frame] {
+        if !self.cache.contains_key(&ip) {
+            let frames = self.resolve(ip);
+            self.cache.insert(ip, frames);
+        }
+        &self.cache[&ip]
+    }
+
+    /// Frames for a whole stack (return addresses, innermost first).
+    pub fn stack(&mut self, ips: &[u64]) -> Vec<Frame> {
+        ips.iter()
+            .flat_map(|ip| self.frames(*ip).to_vec())
+            .collect()
+    }
+
+    fn resolve(&self, ip: u64) -> Vec<Frame> {
+        let unknown = || {
+            vec![Frame {
+                function: format!("{ip:#x}"),
+                location: None,
+            }]
+        };
+        let Some(mapping) = self.mappings.iter().find(|m| m.contains(ip)) else {
+            return unknown();
+        };
+        if !Path::new(&mapping.path).exists() {
+            return unknown();
+        }
+        // A return address points just past the call: look one byte back.
+        let offset = ip.saturating_sub(1) - mapping.start + mapping.file_offset;
+        let source = Source::Elf(Elf::new(&mapping.path));
+        let Ok(results) = self.blaze.symbolize(&source, Input::FileOffset(&[offset])) else {
+            return unknown();
+        };
+        match results.into_iter().next() {
+            Some(Symbolized::Sym(sym)) => {
+                let location = |info: Option<&blazesym::symbolize::CodeInfo<'_>>| {
+                    info.map(|c| format!("{}:{}", c.file.to_string_lossy(), c.line.unwrap_or(0)))
+                };
+                let mut frames: Vec<Frame> = sym
+                    .inlined
+                    .iter()
+                    .rev()
+                    .map(|f| Frame {
+                        function: demangle(&f.name),
+                        location: location(f.code_info.as_ref()),
+                    })
+                    .collect();
+                frames.push(Frame {
+                    function: demangle(&sym.name),
+                    location: location(sym.code_info.as_deref()),
+                });
+                frames
+            }
+            _ => unknown(),
+        }
+    }
+}

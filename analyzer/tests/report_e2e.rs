@@ -1,0 +1,149 @@
+//! End to end: probe a real rmcp fixture, churn abandoned sessions, report, and check the
+//! report's figures against the fixture's own heap figure (needs root; see `ebpf_gate`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::Duration;
+
+use leakscope_fixtures::ebpf_gate::ebpf_available;
+use leakscope_fixtures::process::{FixtureProcess, ProbeProcess, workspace_binary};
+use serde_json::Value;
+
+const SESSIONS: u64 = 50;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("leakscope-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn churn(url: &str, delete: bool) {
+    let count = SESSIONS.to_string();
+    let mut args = vec!["--url", url, "--count", &count, "--rate", "100"];
+    if delete {
+        args.push("--delete");
+    }
+    let status = Command::new(workspace_binary("churn").unwrap())
+        .args(&args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// (summary.json, the fixture's own retained bytes per session)
+fn run(composition: &str) -> (Value, f64) {
+    let server = FixtureProcess::start(
+        &workspace_binary("fixture-server").unwrap(),
+        &["--composition", composition, "--keep-alive", "2s"],
+    )
+    .unwrap();
+    // Warm up: first-use allocations of tokio, hyper and the session map are not per session.
+    churn(&server.mcp_url, true);
+    sleep(Duration::from_secs(4));
+    let before = server.debug_sessions().unwrap();
+    let recording = scratch(&format!("{composition}.lsrec"));
+    let probe = ProbeProcess::attach(server.pid(), &recording, &[]).unwrap();
+    churn(&server.mcp_url, false);
+    sleep(Duration::from_secs(4));
+    let after = server.debug_sessions().unwrap();
+    assert!(probe.signal_and_wait(libc::SIGINT).unwrap().success());
+    let fixture_per_session =
+        (after.heap_in_use_bytes as f64 - before.heap_in_use_bytes as f64) / SESSIONS as f64;
+
+    let out = scratch(&format!("{composition}-report"));
+    let status = Command::new(env!("CARGO_BIN_EXE_leakscope"))
+        .arg("report")
+        .arg(&recording)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(out.join("report.md").is_file());
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    eprintln!("{composition}: fixture {fixture_per_session:.0} B/session; summary {summary:#}");
+    (summary, fixture_per_session)
+}
+
+fn category(summary: &Value, name: &str) -> f64 {
+    summary["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()["retained_bytes"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_leak() {
+    if !ebpf_available("leaky_report_matches_the_fixtures_own_figure") {
+        return;
+    }
+    let (leaky, fixture) = run("leaky");
+    assert_eq!(leaky["format_version"], 1);
+    assert_eq!(leaky["producer"], "ebpf");
+    assert_eq!(leaky["sessions"]["count"], SESSIONS);
+    let p50 = leaky["sessions"]["retained_bytes"]["p50"].as_f64().unwrap();
+    assert!(
+        (p50 - fixture).abs() <= 0.10 * fixture,
+        "retained p50 {p50} B within 10% of the fixture's {fixture:.0} B"
+    );
+    let total: f64 = ["session-map", "worker-channel", "worker-other", "other"]
+        .iter()
+        .map(|c| category(&leaky, c))
+        .sum();
+    assert!(
+        category(&leaky, "session-map") >= 0.9 * total,
+        "session-map holds >= 90%"
+    );
+    assert!(leaky["verdict"].as_str().unwrap().contains("never closed"));
+
+    for composition in ["fixed", "service"] {
+        let (summary, _) = run(composition);
+        assert_eq!(summary["sessions"]["count"], SESSIONS, "{composition}");
+        let p50_other = summary["sessions"]["retained_bytes"]["p50"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            p50_other < 0.05 * p50,
+            "{composition}: retained p50 {p50_other} < 5% of leaky {p50}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    let run = |path: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leakscope"))
+            .arg("report")
+            .arg(path)
+            .arg("--out")
+            .arg(scratch("bad"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(Path::new("/nonexistent.lsrec"));
+    assert!(
+        !ok && err.lines().count() == 1 && err.contains("cannot read"),
+        "{err}"
+    );
+    let junk = scratch("junk.lsrec");
+    std::fs::write(&junk, "hello").unwrap();
+    let (ok, err) = run(&junk);
+    assert!(!ok && err.contains("not a leakscope recording"), "{err}");
+    let mut newer = b"LSREC\0\r\n".to_vec();
+    newer.extend_from_slice(&99u32.to_le_bytes());
+    let newer_path = scratch("newer.lsrec");
+    std::fs::write(&newer_path, newer).unwrap();
+    let (ok, err) = run(&newer_path);
+    assert!(!ok && err.contains("format version 99"), "{err}");
+}
