@@ -151,17 +151,8 @@ fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<Child> {
 }
 
 fn stop(mut probe: Child) -> Result<()> {
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc_kill(probe.id() as i32) };
+    // SAFETY: plain kill(2) on our own child; SIGINT makes the probe detach and finish.
+    unsafe { crate::demo::libc_kill(probe.id() as i32, 2) };
     probe.wait()?;
     Ok(())
-}
-
-unsafe fn libc_kill(pid: i32) {
-    // SIGINT = 2: the probe detaches and finishes its recording.
-    unsafe extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { kill(pid, 2) };
 }

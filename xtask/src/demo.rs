@@ -1,6 +1,8 @@
-//! The demo: what happens to abandoned rmcp sessions in the leaky composition.
+//! The demo: the whole story on a leaky rmcp fixture. Start it, attach the probe,
+//! abandon sessions, wait past keep-alive, and write the report.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -16,11 +18,25 @@ pub struct DemoArgs {
     /// The fixture's session keep-alive, in seconds.
     #[arg(long, default_value_t = 5)]
     keep_alive: u64,
+    /// Where the recording and the report go.
+    #[arg(long, default_value = "target/demo")]
+    out: std::path::PathBuf,
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
-    cargo(&["build", "--release", "-p", "leakscope-fixtures", "--bins"])?;
+    let probe = crate::build_probe()?;
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "leakscope-fixtures",
+        "-p",
+        "leakscope-analyzer",
+        "--bins",
+    ])?;
     let bin = workspace_root().join("target/release");
+    let out = workspace_root().join(&args.out);
+    std::fs::create_dir_all(&out)?;
     let keep_alive = format!("{}s", args.keep_alive);
     let server = FixtureProcess::start(
         &bin.join("fixture-server"),
@@ -33,6 +49,22 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     );
     let before = server.debug_sessions()?;
     println!("before churn:           {before:?}");
+
+    let recording = out.join("leaky.lsrec");
+    let mut probe = Command::new(probe)
+        .args(["attach", "--pid", &server.pid().to_string(), "--out"])
+        .arg(&recording)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start leakscope-probe")?;
+    let mut line = String::new();
+    BufReader::new(probe.stdout.take().expect("piped")).read_line(&mut line)?;
+    if !line.starts_with("attached:") {
+        let _ = probe.wait();
+        bail!("the probe did not attach (it needs root): {}", line.trim());
+    }
+    print!("{line}");
+
     let count = args.sessions.to_string();
     let status = Command::new(bin.join("churn"))
         .args(["--url", &server.mcp_url, "--count", &count, "--rate", "50"])
@@ -45,13 +77,37 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     std::thread::sleep(Duration::from_secs(args.keep_alive + 2));
     let after = server.debug_sessions()?;
     println!("after keep-alive + 2 s: {after:?}");
+    // SAFETY: plain kill(2) on our own child: SIGINT makes the probe finish its recording.
+    unsafe { libc_kill(probe.id() as i32, 2) };
+    probe.wait()?;
     let per_session =
         (after.heap_in_use_bytes as f64 - before.heap_in_use_bytes as f64) / args.sessions as f64;
     println!(
-        "{} of {} abandoned sessions still in the map; heap grew {:.1} KiB per session",
+        "fixture's own view: {} of {} abandoned sessions still in the map; heap grew {:.1} KiB per session",
         after.sessions,
         args.sessions,
         per_session / 1024.0
     );
+    let report_dir = out.join("report");
+    let status = Command::new(bin.join("leakscope"))
+        .arg("report")
+        .arg(&recording)
+        .arg("--out")
+        .arg(&report_dir)
+        .status()?;
+    if !status.success() {
+        bail!("leakscope report failed ({status})");
+    }
+    println!("recording: {}", recording.display());
+    println!("report:    {}", report_dir.join("report.md").display());
     Ok(())
+}
+
+/// kill(2), without pulling the libc crate into xtask.
+pub unsafe fn libc_kill(pid: i32, signal: i32) {
+    unsafe extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { kill(pid, signal) };
 }
