@@ -79,30 +79,30 @@ impl<W: Write> Capture<W> {
 
     fn alloc(&mut self, kind: RecordKind, record: &AllocRecord) -> io::Result<()> {
         let stack = self.stack_id(record)?;
-        let h = record.header;
-        if kind == RecordKind::Realloc {
-            if let Some(size) = self.live.remove(&record.old_addr) {
-                self.stats.live_bytes -= size;
+        let (ts, tid, size) = (record.header.ts_ns, record.header.tid, record.size);
+        let event = if kind == RecordKind::Realloc {
+            if let Some(old_size) = self.live.remove(&record.old_addr) {
+                self.stats.live_bytes -= old_size;
             }
-            self.note_alloc(record.addr, record.size);
-            self.writer.push(Record::Realloc {
-                ts: h.ts_ns,
-                tid: h.tid,
+            Record::Realloc {
+                ts,
+                tid,
                 old: record.old_addr,
                 new: record.addr,
-                size: record.size,
+                size,
                 stack,
-            })
+            }
         } else {
-            self.note_alloc(record.addr, record.size);
-            self.writer.push(Record::Alloc {
-                ts: h.ts_ns,
-                tid: h.tid,
+            Record::Alloc {
+                ts,
+                tid,
                 addr: record.addr,
-                size: record.size,
+                size,
                 stack,
-            })
-        }
+            }
+        };
+        self.note_alloc(record.addr, size);
+        self.writer.push(event)
     }
 
     fn note_alloc(&mut self, addr: u64, size: u64) {
@@ -152,24 +152,28 @@ impl<W: Write> Capture<W> {
     }
 
     /// The id of this record's stack, writing a `Stack` record the first time.
+    /// Looks up by slice, so a known stack (the common case) costs no allocation.
     fn stack_id(&mut self, record: &AllocRecord) -> io::Result<Option<StackId>> {
         if record.stack_bytes <= 0 {
             return Ok(None);
         }
-        let frames = (record.stack_bytes as usize / 8).min(MAX_STACK_DEPTH);
-        let mut frames: Vec<u64> = record.stack[..frames].to_vec();
-        while frames.last() == Some(&0) {
-            frames.pop();
+        let filled = (record.stack_bytes as usize / 8).min(MAX_STACK_DEPTH);
+        let mut frames: &[u64] = &record.stack[..filled];
+        while let [rest @ .., 0] = frames {
+            frames = rest;
         }
         if frames.is_empty() {
             return Ok(None);
         }
-        if let Some(&id) = self.stacks.get(&frames) {
+        if let Some(&id) = self.stacks.get(frames) {
             return Ok(Some(id));
         }
         let id = self.stacks.len() as StackId;
-        self.stacks.insert(frames.clone(), id);
-        self.writer.push(Record::Stack { id, frames })?;
+        self.stacks.insert(frames.to_vec(), id);
+        self.writer.push(Record::Stack {
+            id,
+            frames: frames.to_vec(),
+        })?;
         Ok(Some(id))
     }
 }

@@ -11,8 +11,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use crate::shell::{cargo, workspace_root};
-
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// malloc/free pairs per timed run.
@@ -49,15 +47,7 @@ impl Bench {
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let probe = crate::build_probe()?;
-    cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "leakscope-fixtures",
-        "--bin",
-        "alloc-bench",
-    ])?;
-    let release = workspace_root().join("target/release");
+    let release = crate::build_release_bins(&["leakscope-fixtures"])?;
     let mut child = Command::new(release.join("alloc-bench"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

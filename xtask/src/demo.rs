@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use leakscope_fixtures::process::FixtureProcess;
 
-use crate::shell::{cargo, workspace_root};
+use crate::shell::workspace_root;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -25,16 +25,7 @@ pub struct DemoArgs {
 
 pub fn run(args: &DemoArgs) -> Result<()> {
     let probe = crate::build_probe()?;
-    cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "leakscope-fixtures",
-        "-p",
-        "leakscope-analyzer",
-        "--bins",
-    ])?;
-    let bin = workspace_root().join("target/release");
+    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
     let out = workspace_root().join(&args.out);
     std::fs::create_dir_all(&out)?;
     let keep_alive = format!("{}s", args.keep_alive);

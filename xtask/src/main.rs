@@ -57,6 +57,17 @@ pub fn build_probe() -> Result<std::path::PathBuf> {
     Ok(shell::workspace_root().join("target/release/leakscope-probe"))
 }
 
+/// `cargo build --release` of some packages' binaries; returns `target/release`.
+pub fn build_release_bins(packages: &[&str]) -> Result<std::path::PathBuf> {
+    let mut args = vec!["build", "--release"];
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    args.push("--bins");
+    shell::cargo(&args)?;
+    Ok(shell::workspace_root().join("target/release"))
+}
+
 fn attach(args: &[String]) -> Result<()> {
     let probe = build_probe()?;
     let status = std::process::Command::new(probe)
