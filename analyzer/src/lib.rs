@@ -4,13 +4,18 @@
 //! recording (`leakscope_probe::recording`, read with a tolerated torn tail) ->
 //! [`symbolize`] (blazesym over the recorded mappings) -> [`attribute`] (category
 //! rules) -> [`timeline`] (sessions, live/reclaimed/transient/retained over time) ->
-//! [`summary`] (`summary.json`) and [`report`] (`report.md`).
+//! [`summary`] (`summary.json`), [`report`] (`report.md`), [`charts`] (SVG/PNG),
+//! [`flamegraph`] and [`trace`] (Perfetto). [`dhat`] imports DHAT's own profiles.
 
 pub mod attribute;
+pub mod charts;
+pub mod dhat;
+pub mod flamegraph;
 pub mod report;
 pub mod summary;
 pub mod symbolize;
 pub mod timeline;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 
@@ -28,19 +33,37 @@ pub struct ReportOptions {
     pub grace_ns: u64,
 }
 
-/// Reads a recording in one streaming pass into a [`Timeline`].
+/// Reads a recording in one streaming pass into a [`Timeline`], with a progress
+/// bar on a terminal.
 pub fn analyze(path: &Path, rules: Rules, grace_ns: u64) -> Result<Timeline> {
     let mut reader = RecordingReader::open(path)?;
     let header = reader.header().clone();
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::new(size)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("reading {bar:30} {bytes}/{total_bytes} {msg}")
+            .expect("valid template"),
+    );
     let mut builder = Builder::new(rules, grace_ns, 100_000_000);
-    for record in reader.by_ref() {
+    let mut n: u64 = 0;
+    while let Some(record) = reader.next() {
         builder.push(record);
+        n += 1;
+        if n.is_multiple_of(65_536) {
+            progress.set_position(reader.offset());
+        }
     }
+    progress.finish_and_clear();
     let tail = reader.tail().cloned().expect("the reader was drained");
     Ok(builder.finish(header, tail))
 }
 
-/// `leakscope report`: writes `summary.json` and `report.md` into `out_dir`.
+/// `leakscope report`: writes `summary.json`, `report.md`, `trace.json`,
+/// `flamegraph.svg` and the charts (SVG and PNG) into `out_dir`.
 pub fn report(recording: &Path, options: &ReportOptions) -> Result<Summary> {
     let rules = match &options.rules {
         Some(path) => Rules::with_user_file(path)?,
@@ -58,5 +81,19 @@ pub fn report(recording: &Path, options: &ReportOptions) -> Result<Summary> {
         options.out_dir.join("report.md"),
         report::render(&summary, &timeline),
     )?;
+    std::fs::write(
+        options.out_dir.join("trace.json"),
+        serde_json::to_string(&trace::chrome_trace(&timeline))?,
+    )?;
+    let exe = timeline.header.exe.rsplit('/').next().unwrap_or("target");
+    flamegraph::write(
+        &timeline.sites,
+        &format!(
+            "Bytes live at the end of the recording: {exe} (pid {})",
+            timeline.header.pid
+        ),
+        &options.out_dir.join("flamegraph.svg"),
+    )?;
+    charts::write_all(&timeline, &options.out_dir)?;
     Ok(summary)
 }

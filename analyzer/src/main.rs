@@ -19,7 +19,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write report.md and summary.json for a recording.
+    /// Write report.md, summary.json, charts (SVG+PNG), flamegraph.svg and trace.json for a recording.
     Report {
         /// A .lsrec recording (from leakscope-probe or the in-process mode).
         recording: PathBuf,
@@ -35,6 +35,17 @@ enum Command {
     },
     /// Print a recording as JSON lines (header first).
     Dump { recording: PathBuf },
+    /// Attribute a DHAT profile's t-end bytes to the same categories (Markdown table).
+    Dhat {
+        /// A dhat-heap.json written by dhat-rs.
+        profile: PathBuf,
+        /// Also write the attribution as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Extra rules, tried before the built-in rmcp rules.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
 }
 
 fn main() {
@@ -62,6 +73,22 @@ fn run(cli: Cli) -> Result<()> {
             )?;
             println!("{}", summary.verdict);
             println!("report written to {}", out.join("report.md").display());
+            Ok(())
+        }
+        Command::Dhat {
+            profile,
+            json,
+            rules,
+        } => {
+            let rules = match rules {
+                Some(path) => leakscope_analyzer::attribute::Rules::with_user_file(&path)?,
+                None => leakscope_analyzer::attribute::Rules::builtin(),
+            };
+            let attribution = leakscope_analyzer::dhat::attribute_profile(&profile, &rules)?;
+            print!("{}", leakscope_analyzer::dhat::render(&attribution));
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&attribution)?)?;
+            }
             Ok(())
         }
         Command::Dump { recording } => {

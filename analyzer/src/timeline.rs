@@ -82,7 +82,7 @@ pub struct Timeline {
     pub samples: Vec<Sample>,
     pub session_births_s: Vec<f64>,
     pub worker_ends_s: Vec<f64>,
-    /// Live blocks at the end grouped by stack, largest first.
+    /// Live blocks at the end grouped by stack: most session-retained bytes first.
     pub sites: Vec<Site>,
     pub grace_ns: u64,
 }
@@ -383,7 +383,6 @@ impl Builder {
                 .cmp(&a.session_bytes)
                 .then(b.retained_bytes.cmp(&a.retained_bytes))
         });
-        sites.truncate(50);
         for site in &mut sites {
             let ips = site
                 .stack

@@ -1,0 +1,148 @@
+//! `leakscope dhat`: the same category attribution for a DHAT profile.
+//!
+//! DHAT (`dhat-heap.json`, file version 2) groups allocations by program point
+//! (`pps`): each has the bytes and blocks still live at the end (`eb`, `ebk`) and
+//! its frames (`fs`, indices into the frame table `ftbl`, innermost first). Frame
+//! strings look like `0x55d0c0ffee: crate::module::function (src/file.rs:10:5)`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::attribute::{Category, Rules};
+
+#[derive(Debug, Deserialize)]
+struct Profile {
+    #[serde(rename = "dhatFileVersion")]
+    version: u32,
+    #[serde(default)]
+    cmd: String,
+    pps: Vec<ProgramPoint>,
+    ftbl: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProgramPoint {
+    /// Bytes live at t-end.
+    eb: u64,
+    /// Blocks live at t-end.
+    ebk: u64,
+    fs: Vec<usize>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct DhatCategory {
+    pub name: &'static str,
+    pub t_end_bytes: u64,
+    pub t_end_blocks: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DhatAttribution {
+    pub cmd: String,
+    pub categories: Vec<DhatCategory>,
+    pub t_end_bytes: u64,
+}
+
+/// The function name in a DHAT frame string.
+fn function_of(frame: &str) -> &str {
+    let after_addr = frame
+        .split_once(": ")
+        .map(|(_, rest)| rest)
+        .unwrap_or(frame);
+    match after_addr.rfind(" (") {
+        Some(paren) if after_addr.ends_with(')') => &after_addr[..paren],
+        _ => after_addr,
+    }
+}
+
+pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let profile: Profile = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a DHAT profile (dhat-heap.json)", path.display()))?;
+    if profile.version != 2 {
+        bail!(
+            "{}: DHAT file version {} is not supported (2 is)",
+            path.display(),
+            profile.version
+        );
+    }
+    let mut totals = [(0u64, 0u64); 4];
+    for pp in &profile.pps {
+        let frames = pp
+            .fs
+            .iter()
+            .filter_map(|i| profile.ftbl.get(*i))
+            .map(|f| function_of(f));
+        let category = rules.categorize(frames);
+        totals[category as usize].0 += pp.eb;
+        totals[category as usize].1 += pp.ebk;
+    }
+    Ok(DhatAttribution {
+        cmd: profile.cmd,
+        t_end_bytes: totals.iter().map(|t| t.0).sum(),
+        categories: Category::ALL
+            .iter()
+            .map(|c| DhatCategory {
+                name: c.name(),
+                t_end_bytes: totals[*c as usize].0,
+                t_end_blocks: totals[*c as usize].1,
+            })
+            .collect(),
+    })
+}
+
+/// A Markdown table of the attribution.
+pub fn render(attribution: &DhatAttribution) -> String {
+    let mut out = format!(
+        "DHAT profile of `{}`: bytes live at t-end by category\n\n",
+        attribution.cmd
+    );
+    out.push_str("| category | t-end bytes | t-end blocks |\n| --- | ---: | ---: |\n");
+    for c in &attribution.categories {
+        out.push_str(&format!(
+            "| {} | {} | {} |\n",
+            c.name,
+            crate::report::bytes(c.t_end_bytes),
+            c.t_end_blocks
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn function_names_come_out_of_frame_strings() {
+        assert_eq!(function_of("0x55d0: a::b::c (src/x.rs:10:5)"), "a::b::c");
+        assert_eq!(function_of("[root]"), "[root]");
+        assert_eq!(function_of("0x1: <A as B>::f (x.rs:1:1)"), "<A as B>::f");
+    }
+
+    #[test]
+    fn t_end_bytes_are_attributed_by_frames() {
+        let json = r#"{"dhatFileVersion":2,"mode":"rust-heap","cmd":"server","pps":[
+            {"tb":100,"tbk":1,"eb":12576,"ebk":2,"fs":[1,2]},
+            {"tb":100,"tbk":1,"eb":64,"ebk":1,"fs":[3]}],
+            "ftbl":["[root]","0x1: tokio::sync::mpsc::bounded::channel (b.rs:1:1)",
+                    "0x2: rmcp::transport::streamable_http_server::session::local::create_local_session_with_event_store (l.rs:1:1)",
+                    "0x3: main (m.rs:1:1)"]}"#;
+        let path = std::env::temp_dir().join(format!("dhat-{}.json", std::process::id()));
+        std::fs::write(&path, json).unwrap();
+        let attribution = attribute_profile(&path, &Rules::builtin()).unwrap();
+        assert_eq!(attribution.t_end_bytes, 12640);
+        assert_eq!(
+            attribution.categories[0],
+            DhatCategory {
+                name: "session-map",
+                t_end_bytes: 12576,
+                t_end_blocks: 2
+            }
+        );
+        assert_eq!(attribution.categories[3].t_end_bytes, 64);
+    }
+}
