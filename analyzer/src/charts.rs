@@ -151,6 +151,7 @@ where
     chart
         .configure_mesh()
         .x_desc("time since the recording started (s)")
+        .light_line_style(BLACK.mix(0.04))
         .y_desc(format!("live ({})", unit.name))
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
@@ -220,7 +221,7 @@ where
         .legend(move |(x, y)| Cross::new((x + 7, y), 4, exits.stroke_width(2)));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::MiddleRight)
         .label_font((FONT, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
@@ -240,7 +241,12 @@ where
     area.fill(&WHITE).map_err(plot_err)?;
     let start = timeline.start_ns;
     let born_s = |ns: u64| (ns.saturating_sub(start)) as f64 / 1e9;
-    let duration = timeline.duration_s().max(0.001);
+    let last_birth = timeline
+        .sessions
+        .iter()
+        .map(|s| born_s(s.born_ns))
+        .fold(0.0, f64::max);
+    let duration = (last_birth * 1.05).max(0.001);
     let max = timeline
         .sessions
         .iter()
@@ -262,6 +268,7 @@ where
     chart
         .configure_mesh()
         .x_desc("session birth (s since the recording started)")
+        .light_line_style(BLACK.mix(0.04))
         .y_desc(format!("bytes per session ({})", unit.name))
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))

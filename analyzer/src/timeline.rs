@@ -422,3 +422,159 @@ impl Builder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use leakscope_probe::recording::{
+        AllocLayer, ClockOrigin, Producer, Record, ScopeKind, Settings,
+    };
+
+    use super::*;
+    use crate::analyze;
+
+    const GRACE: u64 = 1_000_000_000;
+
+    fn recording(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings")
+            .join(name)
+    }
+
+    fn header() -> Header {
+        Header {
+            producer: Producer::InProcess,
+            producer_version: "test".into(),
+            pid: 1,
+            exe: "/nonexistent".into(),
+            build_id: None,
+            clock: ClockOrigin {
+                monotonic_ns: 0,
+                unix_ns: 0,
+            },
+            settings: Settings {
+                alloc_layer: AllocLayer::GlobalAllocator,
+                alloc_layer_reason: String::new(),
+                stack_depth: 0,
+                preset: None,
+                scope_probes: vec![],
+                notes: vec![],
+            },
+        }
+    }
+
+    fn scope(ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) -> Record {
+        Record::Scope {
+            ts,
+            tid,
+            kind,
+            phase,
+            arg,
+        }
+    }
+
+    #[test]
+    fn polls_and_worker_end_are_linked_by_containment() {
+        let s = 1_000_000_000;
+        let records = vec![
+            scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
+            Record::Alloc {
+                ts: s,
+                tid: 1,
+                addr: 0x1000,
+                size: 100,
+                stack: None,
+            },
+            scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
+            // Not in the window: belongs to no session.
+            Record::Alloc {
+                ts: s,
+                tid: 1,
+                addr: 0x9000,
+                size: 7,
+                stack: None,
+            },
+            // A poll on another thread whose argument points inside the task block.
+            scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010),
+            Record::Alloc {
+                ts: 2 * s,
+                tid: 2,
+                addr: 0x2000,
+                size: 50,
+                stack: None,
+            },
+            scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Exit, 0),
+            scope(3 * s, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1020),
+            Record::Free {
+                ts: 3 * s + 10,
+                tid: 2,
+                addr: 0x2000,
+            },
+            Record::End {
+                ts: 10 * s,
+                reason: EndReason::Finished,
+            },
+        ];
+        let mut builder = Builder::new(Rules::builtin(), GRACE, s);
+        for record in records {
+            builder.push(record);
+        }
+        let timeline = builder.finish(header(), Tail::Clean);
+        assert_eq!(timeline.sessions.len(), 1);
+        let session = &timeline.sessions[0];
+        assert_eq!(
+            session.allocated, 150,
+            "the birth block and the poll's block"
+        );
+        assert_eq!(session.worker_end_ns, Some(3 * s));
+        assert_eq!(session.transient, 50, "freed right after the worker ended");
+        assert_eq!(session.retained, 100, "the task block outlived its worker");
+        assert_eq!(
+            timeline.categories[Category::Other as usize].live_at_end,
+            107
+        );
+        assert_eq!(timeline.worker_ends_s, vec![2.0]);
+    }
+
+    #[test]
+    fn leaky_recording_retains_the_session_channel_per_session() {
+        let timeline = analyze(
+            &recording("leaky-5-sessions.lsrec"),
+            Rules::builtin(),
+            GRACE,
+        )
+        .unwrap();
+        assert_eq!(timeline.sessions.len(), 5);
+        assert!(timeline.sessions.iter().all(|s| s.worker_end_ns.is_some()));
+        let exact = timeline
+            .sessions
+            .iter()
+            .filter(|s| s.retained == 12_064 + 512)
+            .count();
+        assert!(
+            exact >= 4,
+            "the SessionEvent channel's two blocks per session: {:?}",
+            timeline.sessions
+        );
+        assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
+        assert_eq!(timeline.end_reason, Some(EndReason::Interrupted));
+    }
+
+    #[test]
+    fn fixed_recording_retains_nothing_per_session() {
+        let timeline = analyze(
+            &recording("fixed-5-sessions.lsrec"),
+            Rules::builtin(),
+            GRACE,
+        )
+        .unwrap();
+        assert_eq!(timeline.sessions.len(), 5);
+        assert!(
+            timeline.sessions.iter().all(|s| s.retained == 0),
+            "{:?}",
+            timeline.sessions
+        );
+        assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
+    }
+}

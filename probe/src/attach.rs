@@ -61,6 +61,9 @@ pub async fn attach(options: AttachOptions) -> Result<AttachOutcome> {
         );
     }
     let mut notes = vec![];
+    if let Some(version) = exe.crate_version("rmcp") {
+        notes.push(format!("rmcp version: {version}"));
+    }
     if let Some(p) = plan.probes.iter().find(|p| p.program == "free_enter") {
         notes.push(format!(
             "free probed at file offset {:#x} ({})",

@@ -127,6 +127,34 @@ impl ElfSymbols {
         self.data.get(start..start + len).unwrap_or(&[])
     }
 
+    /// The version of crate `name` the binary was built from, read from the source
+    /// paths cargo leaves in it (`.../registry/src/.../rmcp-3.11.0/src/...`).
+    pub fn crate_version(&self, name: &str) -> Option<String> {
+        let needle = format!("/{name}-");
+        let bytes = needle.as_bytes();
+        let mut at = 0;
+        while let Some(pos) = self.data[at..]
+            .windows(bytes.len())
+            .position(|w| w == bytes)
+        {
+            let start = at + pos + bytes.len();
+            let version: String = self.data[start..]
+                .iter()
+                .take_while(|b| b.is_ascii_alphanumeric() || **b == b'.' || **b == b'-')
+                .map(|b| *b as char)
+                .collect();
+            let follows_slash = self.data.get(start + version.len()) == Some(&b'/');
+            if follows_slash
+                && version.starts_with(|c: char| c.is_ascii_digit())
+                && version.contains('.')
+            {
+                return Some(version);
+            }
+            at = start;
+        }
+        None
+    }
+
     pub fn has_function(&self, pattern: &str) -> bool {
         !self.matching(pattern).is_empty()
     }
@@ -176,5 +204,10 @@ mod tests {
             Some(&f.name)
         );
         assert_eq!(symbols.vaddr_of_file_offset(f.file_offset), Some(f.vaddr));
+        let version = symbols
+            .crate_version("rustc-demangle")
+            .expect("debug info names the crate's source path");
+        assert!(version.starts_with("0.1."), "{version}");
+        assert_eq!(symbols.crate_version("no-such-crate"), None);
     }
 }

@@ -2,11 +2,12 @@
 //! abandon sessions, wait past keep-alive, and write the report.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use leakscope_fixtures::process::FixtureProcess;
+use leakscope_fixtures::process::{DebugSessions, FixtureProcess};
 
 use crate::shell::workspace_root;
 
@@ -23,28 +24,37 @@ pub struct DemoArgs {
     out: std::path::PathBuf,
 }
 
-pub fn run(args: &DemoArgs) -> Result<()> {
-    let probe = crate::build_probe()?;
-    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
-    let out = workspace_root().join(&args.out);
-    std::fs::create_dir_all(&out)?;
-    let keep_alive = format!("{}s", args.keep_alive);
+/// What the fixture itself saw around one recorded churn.
+pub struct Recorded {
+    pub before: DebugSessions,
+    pub after: DebugSessions,
+}
+
+/// Starts `fixture-server --composition COMPOSITION`, attaches the probe, abandons
+/// `sessions` sessions, waits past keep-alive, and finishes the recording at `out`.
+pub fn record_churn(
+    bin: &Path,
+    probe: &Path,
+    composition: &str,
+    sessions: u64,
+    keep_alive_s: u64,
+    out: &Path,
+) -> Result<Recorded> {
+    let keep_alive = format!("{keep_alive_s}s");
     let server = FixtureProcess::start(
         &bin.join("fixture-server"),
-        &["--composition", "leaky", "--keep-alive", &keep_alive],
+        &["--composition", composition, "--keep-alive", &keep_alive],
     )?;
     println!(
-        "fixture-server (leaky) at {} (pid {})",
+        "fixture-server ({composition}) at {} (pid {})",
         server.mcp_url,
         server.pid()
     );
     let before = server.debug_sessions()?;
     println!("before churn:           {before:?}");
-
-    let recording = out.join("leaky.lsrec");
     let mut probe = Command::new(probe)
         .args(["attach", "--pid", &server.pid().to_string(), "--out"])
-        .arg(&recording)
+        .arg(out)
         .stdout(Stdio::piped())
         .spawn()
         .context("cannot start leakscope-probe")?;
@@ -55,8 +65,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         bail!("the probe did not attach (it needs root): {}", line.trim());
     }
     print!("{line}");
-
-    let count = args.sessions.to_string();
+    let count = sessions.to_string();
     let status = Command::new(bin.join("churn"))
         .args(["--url", &server.mcp_url, "--count", &count, "--rate", "50"])
         .status()
@@ -65,12 +74,29 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         bail!("churn failed ({status})");
     }
     println!("after churn:            {:?}", server.debug_sessions()?);
-    std::thread::sleep(Duration::from_secs(args.keep_alive + 2));
+    std::thread::sleep(Duration::from_secs(keep_alive_s + 2));
     let after = server.debug_sessions()?;
     println!("after keep-alive + 2 s: {after:?}");
     // SAFETY: plain kill(2) on our own child: SIGINT makes the probe finish its recording.
     unsafe { libc_kill(probe.id() as i32, 2) };
     probe.wait()?;
+    Ok(Recorded { before, after })
+}
+
+pub fn run(args: &DemoArgs) -> Result<()> {
+    let probe = crate::build_probe()?;
+    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
+    let out = workspace_root().join(&args.out);
+    std::fs::create_dir_all(&out)?;
+    let recording = out.join("leaky.lsrec");
+    let Recorded { before, after } = record_churn(
+        &bin,
+        &probe,
+        "leaky",
+        args.sessions,
+        args.keep_alive,
+        &recording,
+    )?;
     let per_session =
         (after.heap_in_use_bytes as f64 - before.heap_in_use_bytes as f64) / args.sessions as f64;
     println!(
@@ -91,6 +117,21 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
     println!("recording: {}", recording.display());
     println!("report:    {}", report_dir.join("report.md").display());
+    Ok(())
+}
+
+/// `cargo xtask recordings`: regenerates the small recordings in `fixtures/recordings/`
+/// that the analyzer's unit tests read (5 abandoned sessions, leaky and fixed).
+pub fn regenerate_recordings() -> Result<()> {
+    let probe = crate::build_probe()?;
+    let bin = crate::build_release_bins(&["leakscope-fixtures"])?;
+    let dir = workspace_root().join("fixtures/recordings");
+    std::fs::create_dir_all(&dir)?;
+    for composition in ["leaky", "fixed"] {
+        let out = dir.join(format!("{composition}-5-sessions.lsrec"));
+        record_churn(&bin, &probe, composition, 5, 1, &out)?;
+        println!("wrote {}", out.display());
+    }
     Ok(())
 }
 

@@ -25,6 +25,8 @@ enum Command {
     Test,
     /// The main job: a leaky rmcp fixture, abandoned sessions, and what happens to them.
     Demo(demo::DemoArgs),
+    /// Regenerate fixtures/recordings/ (small probe recordings the analyzer's unit tests read; needs root).
+    Recordings,
     /// What the probe costs a malloc/free pair, beside the bare-uprobe floor (ratios, one run).
     Bench(bench::BenchArgs),
     /// Build the probe (release) and run `leakscope-probe attach ARGS...`, e.g. `--pid 1234 --duration 60s`.
@@ -43,6 +45,7 @@ fn main() {
         Command::Demo(args) => demo::run(&args),
         Command::Attach { args } => attach(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Recordings => demo::regenerate_recordings(),
     };
     if let Err(e) = outcome {
         eprintln!("xtask: {e:#}");
