@@ -570,10 +570,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(timeline.sessions.len(), 5);
+        // At most a table resize of the map lands in one session; no channel survives.
+        let sessions = &timeline.sessions;
+        assert!(sessions.iter().all(|s| s.retained < 1024), "{sessions:?}");
         assert!(
-            timeline.sessions.iter().all(|s| s.retained == 0),
-            "{:?}",
-            timeline.sessions
+            sessions.iter().filter(|s| s.retained == 0).count() >= 4,
+            "{sessions:?}"
         );
         assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
     }
