@@ -59,6 +59,12 @@ pub fn analyze(path: &Path, rules: Rules, grace_ns: u64) -> Result<Timeline> {
     }
     progress.finish_and_clear();
     let tail = reader.tail().cloned().expect("the reader was drained");
+    if let leakscope_probe::recording::Tail::Torn { offset, reason } = &tail {
+        eprintln!(
+            "leakscope: warning: {} is truncated at byte {offset} ({reason}); reporting its readable prefix",
+            path.display()
+        );
+    }
     Ok(builder.finish(header, tail))
 }
 
@@ -96,4 +102,53 @@ pub fn report(recording: &Path, options: &ReportOptions) -> Result<Summary> {
     )?;
     charts::write_all(&timeline, &options.out_dir)?;
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every output of a report, from the checked-in leaky sample recording.
+    #[test]
+    fn report_writes_every_output() {
+        let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings/leaky-5-sessions.lsrec");
+        let out_dir =
+            std::env::temp_dir().join(format!("leakscope-report-unit-{}", std::process::id()));
+        let summary = report(
+            &recording,
+            &ReportOptions {
+                out_dir: out_dir.clone(),
+                rules: None,
+                grace_ns: 1_000_000_000,
+            },
+        )
+        .unwrap();
+        assert_eq!(summary.sessions.count, 5);
+        assert_eq!(summary.sessions.closed, 0);
+        for (file, starts_with) in [
+            ("summary.json", &b"{"[..]),
+            ("report.md", b"# leakscope report"),
+            ("trace.json", b"{"),
+            ("flamegraph.svg", b"<?xml"),
+            ("retained-vs-reclaimed.svg", b"<svg"),
+            ("sessions.svg", b"<svg"),
+            ("retained-vs-reclaimed.png", b"\x89PNG"),
+            ("sessions.png", b"\x89PNG"),
+        ] {
+            let bytes = std::fs::read(out_dir.join(file)).unwrap();
+            assert!(bytes.starts_with(starts_with), "{file}");
+        }
+        let trace: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out_dir.join("trace.json")).unwrap()).unwrap();
+        let slices = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .count();
+        assert_eq!(slices, 5, "one slice per session");
+        let markdown = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+        assert!(markdown.contains(&summary.verdict));
+    }
 }

@@ -104,3 +104,37 @@ impl Symbolizer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn a_function_to_find() -> u64 {
+        std::hint::black_box(42)
+    }
+
+    #[test]
+    fn names_a_function_of_this_process_through_its_mappings() {
+        let target = leakscope_probe::target::Target::inspect(std::process::id()).unwrap();
+        let mut symbolizer = Symbolizer::new();
+        for mapping in target.mappings {
+            symbolizer.add_mapping(mapping);
+        }
+        a_function_to_find();
+        // Pretend the address one byte into the function is a return address.
+        let ip = a_function_to_find as *const () as u64 + 2;
+        let frames = symbolizer.frames(ip).to_vec();
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.function.ends_with("a_function_to_find")),
+            "{frames:?}"
+        );
+        assert_eq!(
+            symbolizer.frames(0x10).to_vec()[0].function,
+            "0x10",
+            "unknown addresses stay addresses"
+        );
+    }
+}

@@ -146,4 +146,17 @@ fn bad_input_gets_one_clear_line() {
     std::fs::write(&newer_path, newer).unwrap();
     let (ok, err) = run(&newer_path);
     assert!(!ok && err.contains("format version 99"), "{err}");
+    // A truncated recording still reports its readable prefix, and says so in one line.
+    let sample =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings/leaky-5-sessions.lsrec");
+    let bytes = std::fs::read(sample).unwrap();
+    let truncated = scratch("truncated.lsrec");
+    std::fs::write(&truncated, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let (ok, err) = run(&truncated);
+    assert!(ok, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("truncated at byte") && err.contains("readable prefix"),
+        "{err}"
+    );
 }
