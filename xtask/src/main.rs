@@ -25,6 +25,12 @@ enum Command {
     Test,
     /// The main job: a leaky rmcp fixture, abandoned sessions, and what happens to them.
     Demo(demo::DemoArgs),
+    /// Build the analyzer (release) and run `leakscope report ARGS...`, e.g. `leak.lsrec --out report/`.
+    Report {
+        /// Arguments for `leakscope report` (see `--help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
     /// Regenerate fixtures/recordings/ (small probe recordings the analyzer's unit tests read; needs root).
     Recordings,
     /// What the probe costs a malloc/free pair, beside the bare-uprobe floor (ratios, one run).
@@ -46,6 +52,7 @@ fn main() {
         Command::Attach { args } => attach(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Recordings => demo::regenerate_recordings(),
+        Command::Report { args } => report(&args),
     };
     if let Err(e) = outcome {
         eprintln!("xtask: {e:#}");
@@ -75,6 +82,15 @@ fn attach(args: &[String]) -> Result<()> {
     let probe = build_probe()?;
     let status = std::process::Command::new(probe)
         .arg("attach")
+        .args(args)
+        .status()?;
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+fn report(args: &[String]) -> Result<()> {
+    let bin = build_release_bins(&["leakscope-analyzer"])?;
+    let status = std::process::Command::new(bin.join("leakscope"))
+        .arg("report")
         .args(args)
         .status()?;
     std::process::exit(status.code().unwrap_or(1));
