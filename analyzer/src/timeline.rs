@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use leakscope_probe::recording::{
-    EndReason, Header, LostReason, Phase, Record, ScopeKind, StackId, Tail,
+    EndReason, Header, LostReason, Phase, Record, ScopeKind, SessionFact, StackId, Tail,
 };
 
 use crate::attribute::{Category, Rules};
@@ -25,6 +25,8 @@ use crate::symbolize::{Frame, Symbolizer};
 /// One session as the recording shows it.
 #[derive(Debug, Clone, Default)]
 pub struct Session {
+    /// The session id string, when the recording names it (in-process mode).
+    pub id: Option<String>,
     pub born_ns: u64,
     pub worker_end_ns: Option<u64>,
     pub allocated: u64,
@@ -112,7 +114,11 @@ pub struct Builder {
     /// Blocks allocated in birth windows: start -> (end, session).
     birth_blocks: BTreeMap<u64, (u64, u32)>,
     birth_window: HashMap<u32, u32>,
-    polls: HashMap<u32, Vec<Option<u32>>>,
+    /// Per thread, the open worker polls / session spans: (key, session).
+    polls: HashMap<u32, Vec<(u64, Option<u32>)>>,
+    /// In-process mode: session of each span key, and of each session id.
+    span_sessions: HashMap<u64, u32>,
+    session_ids: HashMap<String, u32>,
     sessions: Vec<Session>,
     categories: [CategoryTotals; 4],
     live_by_category: [u64; 4],
@@ -142,6 +148,8 @@ impl Builder {
             birth_blocks: BTreeMap::new(),
             birth_window: HashMap::new(),
             polls: HashMap::new(),
+            span_sessions: HashMap::new(),
+            session_ids: HashMap::new(),
             sessions: Vec::new(),
             categories: Default::default(),
             live_by_category: [0; 4],
@@ -227,6 +235,14 @@ impl Builder {
                 self.clock(ts);
                 self.end_reason = Some(reason);
             }
+            Record::Session {
+                ts,
+                tid,
+                fact: SessionFact::Id(id),
+            } => {
+                self.clock(ts);
+                self.name_session(ts, tid, id);
+            }
             Record::Session { .. } => {}
         }
     }
@@ -256,7 +272,7 @@ impl Builder {
         let session = self.birth_window.get(&tid).copied().or_else(|| {
             self.polls
                 .get(&tid)
-                .and_then(|p| p.last().copied().flatten())
+                .and_then(|p| p.last().and_then(|(_, s)| *s))
         });
         if let Some(s) = session {
             self.sessions[s as usize].allocated += size;
@@ -322,22 +338,66 @@ impl Builder {
             }
             (ScopeKind::WorkerPoll, Phase::Enter) => {
                 let session = self.session_containing(arg);
-                self.polls.entry(tid).or_default().push(session);
+                self.polls.entry(tid).or_default().push((arg, session));
             }
-            (ScopeKind::WorkerPoll, Phase::Exit) => {
+            (ScopeKind::SessionSpan, Phase::Enter) => {
+                let session = self.span_sessions.get(&arg).copied();
+                self.polls.entry(tid).or_default().push((arg, session));
+            }
+            (ScopeKind::WorkerPoll | ScopeKind::SessionSpan, Phase::Exit) => {
                 if let Some(stack) = self.polls.get_mut(&tid) {
                     stack.pop();
                 }
             }
             (ScopeKind::WorkerDrop, Phase::Enter) => {
                 self.worker_ends.push(ts);
-                if let Some(s) = self.session_containing(arg) {
+                let session = self
+                    .session_containing(arg)
+                    .or_else(|| self.span_sessions.get(&arg).copied());
+                if let Some(s) = session {
                     let session = &mut self.sessions[s as usize];
                     session.worker_end_ns.get_or_insert(ts);
                 }
             }
             _ => {}
         }
+    }
+
+    /// In-process mode: the innermost session span on `tid` announced its session id
+    /// ("" = a new session whose id comes later). Span keys are reused by `tracing`,
+    /// so each announcement rebinds the span's key.
+    fn name_session(&mut self, ts: u64, tid: u32, id: String) {
+        let Some((key, current)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
+            return;
+        };
+        let unnamed_current = current.filter(|s| self.sessions[*s as usize].id.is_none());
+        let session = if id.is_empty() {
+            self.new_session(ts, None)
+        } else if let Some(&known) = self.session_ids.get(&id) {
+            known
+        } else if let Some(s) = unnamed_current {
+            self.sessions[s as usize].id = Some(id.clone());
+            self.session_ids.insert(id, s);
+            s
+        } else {
+            let s = self.new_session(ts, Some(id.clone()));
+            self.session_ids.insert(id, s);
+            s
+        };
+        self.span_sessions.insert(key, session);
+        if let Some(top) = self.polls.get_mut(&tid).and_then(|p| p.last_mut()) {
+            top.1 = Some(session);
+        }
+    }
+
+    fn new_session(&mut self, ts: u64, id: Option<String>) -> u32 {
+        self.sessions.push(Session {
+            id,
+            born_ns: ts,
+            ..Default::default()
+        });
+        self.births.push(ts);
+        self.sessions.len() as u32 - 1
     }
 
     pub fn finish(mut self, header: Header, tail: Tail) -> Timeline {

@@ -5,11 +5,14 @@
 //! [`target`] (the process, its mappings) -> [`symbols`] + [`preset`] (which
 //! functions) -> [`plan`] (which program where, [`attach_offset`] picks cheap
 //! offsets) -> [`loader`] (aya) -> [`capture`] (ring buffer -> [`recording`]),
-//! driven by [`attach`].
+//! driven by [`attach`]. With the `inproc` feature, [`inproc`] writes the same
+//! recordings from inside a program (a dhat-backed global allocator).
 
 pub mod attach;
 pub mod attach_offset;
 pub mod capture;
+#[cfg(feature = "inproc")]
+pub mod inproc;
 pub mod loader;
 pub mod plan;
 pub mod preset;

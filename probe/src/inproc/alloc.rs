@@ -1,0 +1,49 @@
+//! The global allocator: dhat's, plus a record of every call.
+
+use std::alloc::{GlobalAlloc, Layout};
+
+use super::recorder::{RawKind, record_memory};
+
+/// `#[global_allocator] static ALLOC: leakscope_probe::inproc::Alloc = leakscope_probe::inproc::Alloc;`
+///
+/// Delegates to `dhat::Alloc` (so dhat's profiles and `dhat::HeapStats` keep
+/// working) and records each call while a [`Recorder`](super::Recorder) runs.
+pub struct Alloc;
+
+// SAFETY: every method forwards to dhat::Alloc, a correct GlobalAlloc, with the
+// caller's arguments unchanged; recording only reads the results.
+unsafe impl GlobalAlloc for Alloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let block = unsafe { dhat::Alloc.alloc(layout) };
+        if !block.is_null() {
+            record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
+        }
+        block
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let block = unsafe { dhat::Alloc.alloc_zeroed(layout) };
+        if !block.is_null() {
+            record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
+        }
+        block
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // Recorded before the block goes back, so its address cannot be reused first.
+        record_memory(RawKind::Free, block as u64, 0, 0);
+        // SAFETY: forwarded contract.
+        unsafe { dhat::Alloc.dealloc(block, layout) }
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let new = unsafe { dhat::Alloc.realloc(block, layout, new_size) };
+        if !new.is_null() {
+            record_memory(RawKind::Realloc, new as u64, block as u64, new_size as u64);
+        }
+        new
+    }
+}

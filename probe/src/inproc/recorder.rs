@@ -1,0 +1,378 @@
+//! The in-process recorder: a preallocated event buffer filled by the allocator and
+//! the session layer, drained by a background writer into a recording.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use super::stack::{DEPTH, walk};
+use crate::recording::{
+    AllocLayer, ClockOrigin, EndReason, Header, LostReason, Phase, Producer, Record,
+    RecordingWriter, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
+};
+use crate::target::Target;
+
+/// Events the buffer holds between two drains (~10 ms apart). Each is ~240 B.
+const BUFFER_EVENTS: usize = 1 << 16;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RawKind {
+    Alloc,
+    Free,
+    Realloc,
+    /// A session span was entered / exited; `addr` is its key.
+    SpanEnter,
+    SpanExit,
+    /// The session worker's span closed; `addr` is its key.
+    WorkerEnd,
+    /// `addr` indexes the facts table: the session id of the innermost open span.
+    SessionId,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct RawEvent {
+    kind: RawKind,
+    tid: u32,
+    ts: u64,
+    addr: u64,
+    old: u64,
+    size: u64,
+    depth: u8,
+    frames: [u64; DEPTH],
+}
+
+struct Shared {
+    buffer: Mutex<Vec<RawEvent>>,
+    facts: Mutex<Vec<String>>,
+    lost: AtomicU64,
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Set while this thread is inside the recorder (or is the writer thread).
+    static IN_RECORDER: Cell<bool> = const { Cell::new(false) };
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+fn tid() -> u32 {
+    TID.try_with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::gettid() } as u32);
+        }
+        t.get()
+    })
+    .unwrap_or(0)
+}
+
+/// Runs `f` unless this thread is already inside the recorder or recording is off.
+#[inline]
+fn guarded(f: impl FnOnce(&Shared)) {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(shared) = SHARED.get() else {
+        return;
+    };
+    let entered = IN_RECORDER
+        .try_with(|flag| !flag.replace(true))
+        .unwrap_or(false);
+    if !entered {
+        return;
+    }
+    f(shared);
+    let _ = IN_RECORDER.try_with(|flag| flag.set(false));
+}
+
+fn push(shared: &Shared, event: RawEvent) {
+    let mut buffer = shared.buffer.lock().unwrap_or_else(|e| e.into_inner());
+    if buffer.len() < buffer.capacity() {
+        buffer.push(event);
+    } else {
+        shared.lost.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
+    let mut frames = [0u64; DEPTH];
+    let depth = if with_stack { walk(&mut frames) } else { 0 };
+    RawEvent {
+        kind,
+        tid: tid(),
+        ts: monotonic_ns(),
+        addr,
+        old,
+        size,
+        depth: depth as u8,
+        frames,
+    }
+}
+
+/// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
+pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
+    guarded(|shared| push(shared, event(kind, addr, old, size, kind != RawKind::Free)));
+}
+
+/// Called by the session layer.
+pub(crate) fn record_scope(kind: RawKind, key: u64) {
+    guarded(|shared| push(shared, event(kind, key, 0, 0, false)));
+}
+
+/// Called by the session layer: the session id of the innermost open span on this thread.
+pub(crate) fn record_session_id(id: &str) {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(shared) = SHARED.get() else {
+        return;
+    };
+    let index = {
+        let mut facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
+        facts.push(id.to_owned());
+        facts.len() as u64 - 1
+    };
+    guarded(|shared| push(shared, event(RawKind::SessionId, index, 0, 0, false)));
+}
+
+/// A running recorder; [`finish`](Self::finish) (or drop) writes the end and joins the writer.
+pub struct Recorder {
+    stop: Arc<AtomicBool>,
+    writer: Option<JoinHandle<std::io::Result<()>>>,
+    path: PathBuf,
+}
+
+impl Recorder {
+    /// Starts recording this process into `path` (recording only: the caller runs
+    /// dhat's profiler, e.g. `dhat::Profiler::builder().testing().build()`).
+    pub fn start(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        if ACTIVE.load(Ordering::SeqCst) {
+            bail!("an in-process recording is already running");
+        }
+        let target = Target::inspect(std::process::id())?;
+        let header = Header {
+            producer: Producer::InProcess,
+            producer_version: format!("leakscope-probe {} (in-process)", env!("CARGO_PKG_VERSION")),
+            pid: target.pid,
+            exe: target.exe.clone(),
+            build_id: target.exe_build_id(),
+            clock: ClockOrigin::now(),
+            settings: Settings {
+                alloc_layer: AllocLayer::GlobalAllocator,
+                alloc_layer_reason: "the program's #[global_allocator] is leakscope_probe::inproc::Alloc (wrapping dhat::Alloc): every Rust allocation, no C ones".into(),
+                stack_depth: DEPTH as u32,
+                preset: None,
+                scope_probes: vec!["session-span: tracing spans `mcp_session` (session_id) and `streamable_http_session` (id)".into()],
+                notes: vec![],
+            },
+        };
+        let mut writer = RecordingWriter::create(&path, &header)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        for mapping in target.mappings {
+            writer.push(Record::Mapping(mapping))?;
+        }
+        writer.flush()?;
+        let shared = SHARED.get_or_init(|| Shared {
+            buffer: Mutex::new(Vec::with_capacity(BUFFER_EVENTS)),
+            facts: Mutex::new(Vec::new()),
+            lost: AtomicU64::new(0),
+        });
+        shared
+            .buffer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = stop.clone();
+        let writer = std::thread::Builder::new()
+            .name("leakscope-writer".into())
+            .spawn(move || write_loop(shared, writer, &thread_stop))?;
+        ACTIVE.store(true, Ordering::SeqCst);
+        Ok(Self {
+            stop,
+            writer: Some(writer),
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops recording, drains what is buffered and writes the `End` record.
+    pub fn finish(mut self) -> Result<()> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<()> {
+        let Some(writer) = self.writer.take() else {
+            return Ok(());
+        };
+        ACTIVE.store(false, Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
+        writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_and_join() {
+            eprintln!("leakscope: {e:#}");
+        }
+    }
+}
+
+/// What `start` returns: the recorder plus dhat's profiler; dropping it finalizes
+/// both the recording and `dhat-heap.json` (written beside the recording).
+pub struct Guard {
+    recorder: Option<Recorder>,
+    profiler: Option<dhat::Profiler>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(self.recorder.take());
+        drop(self.profiler.take());
+    }
+}
+
+/// Starts dhat's heap profiler (writing `dhat-heap.json` next to `path` at the end)
+/// and the recorder. Keep the guard alive for as long as you want to record.
+pub fn start(path: impl AsRef<Path>) -> Result<Guard> {
+    let path = path.as_ref();
+    let dhat_file = path.with_file_name("dhat-heap.json");
+    let profiler = dhat::Profiler::builder().file_name(dhat_file).build();
+    let recorder = Recorder::start(path)?;
+    Ok(Guard {
+        recorder: Some(recorder),
+        profiler: Some(profiler),
+    })
+}
+
+/// The writer thread: swaps the full buffer for its spare every 10 ms and turns
+/// raw events into records. Its own allocations are never recorded.
+fn write_loop(
+    shared: &'static Shared,
+    mut writer: RecordingWriter,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    let _ = IN_RECORDER.try_with(|flag| flag.set(true));
+    let mut spare: Vec<RawEvent> = Vec::with_capacity(BUFFER_EVENTS);
+    let mut stacks: HashMap<Vec<u64>, StackId> = HashMap::new();
+    let mut lost_seen = 0;
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        {
+            let mut buffer = shared.buffer.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::swap(&mut *buffer, &mut spare);
+        }
+        for raw in spare.drain(..) {
+            convert(&raw, shared, &mut stacks, &mut writer)?;
+        }
+        let lost = shared.lost.load(Ordering::Relaxed);
+        if lost > lost_seen {
+            writer.push(Record::Lost {
+                ts: monotonic_ns(),
+                reason: LostReason::BufferFull,
+                count: lost - lost_seen,
+            })?;
+            lost_seen = lost;
+        }
+        writer.flush()?;
+        if stopping {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer.finish(Record::End {
+        ts: monotonic_ns(),
+        reason: EndReason::Finished,
+    })?;
+    Ok(())
+}
+
+fn convert(
+    raw: &RawEvent,
+    shared: &Shared,
+    stacks: &mut HashMap<Vec<u64>, StackId>,
+    writer: &mut RecordingWriter,
+) -> std::io::Result<()> {
+    let (ts, tid) = (raw.ts, raw.tid);
+    let mut stack = || -> std::io::Result<Option<StackId>> {
+        let frames = &raw.frames[..raw.depth as usize];
+        if frames.is_empty() {
+            return Ok(None);
+        }
+        if let Some(id) = stacks.get(frames) {
+            return Ok(Some(*id));
+        }
+        let id = stacks.len() as StackId;
+        stacks.insert(frames.to_vec(), id);
+        writer.push(Record::Stack {
+            id,
+            frames: frames.to_vec(),
+        })?;
+        Ok(Some(id))
+    };
+    let record = match raw.kind {
+        RawKind::Alloc => Record::Alloc {
+            ts,
+            tid,
+            addr: raw.addr,
+            size: raw.size,
+            stack: stack()?,
+        },
+        RawKind::Realloc => Record::Realloc {
+            ts,
+            tid,
+            old: raw.old,
+            new: raw.addr,
+            size: raw.size,
+            stack: stack()?,
+        },
+        RawKind::Free => Record::Free {
+            ts,
+            tid,
+            addr: raw.addr,
+        },
+        RawKind::SpanEnter | RawKind::SpanExit => Record::Scope {
+            ts,
+            tid,
+            kind: ScopeKind::SessionSpan,
+            phase: if raw.kind == RawKind::SpanEnter {
+                Phase::Enter
+            } else {
+                Phase::Exit
+            },
+            arg: raw.addr,
+        },
+        RawKind::WorkerEnd => Record::Scope {
+            ts,
+            tid,
+            kind: ScopeKind::WorkerDrop,
+            phase: Phase::Enter,
+            arg: raw.addr,
+        },
+        RawKind::SessionId => {
+            let facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
+            let id = facts.get(raw.addr as usize).cloned().unwrap_or_default();
+            Record::Session {
+                ts,
+                tid,
+                fact: SessionFact::Id(id),
+            }
+        }
+    };
+    writer.push(record)
+}

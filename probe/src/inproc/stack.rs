@@ -1,0 +1,69 @@
+//! Frame-pointer stack walking that never allocates and never faults: every frame
+//! address must lie inside the current thread's stack and grow towards its base.
+
+use std::cell::Cell;
+
+pub const DEPTH: usize = 24;
+
+thread_local! {
+    /// (low, high) bounds of this thread's stack; (0, 0) until first looked up.
+    static BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// This thread's stack bounds (looked up once; the caller holds the re-entry guard,
+/// since glibc may allocate while answering for the main thread).
+fn bounds() -> (u64, u64) {
+    let cached = BOUNDS.with(Cell::get);
+    if cached.1 != 0 {
+        return cached;
+    }
+    // SAFETY: pthread_getattr_np fills an attr we own and destroy; no Rust invariants involved.
+    let found = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return (0, 0);
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        if !ok {
+            return (0, 0);
+        }
+        (addr as u64, addr as u64 + size as u64)
+    };
+    BOUNDS.with(|b| b.set(found));
+    found
+}
+
+/// Return addresses of the current call stack, innermost first; returns how many.
+#[inline(never)]
+pub fn walk(frames: &mut [u64; DEPTH]) -> usize {
+    let (low, high) = bounds();
+    if high == 0 {
+        return 0;
+    }
+    let mut fp: u64;
+    // SAFETY: reads the frame pointer register only.
+    unsafe {
+        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    let mut n = 0;
+    while n < DEPTH {
+        if fp < low || !fp.is_multiple_of(8) || fp + 16 > high {
+            break;
+        }
+        // SAFETY: fp and fp+8 lie within this thread's mapped stack (checked above).
+        let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
+        if ret == 0 {
+            break;
+        }
+        frames[n] = ret;
+        n += 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    n
+}
