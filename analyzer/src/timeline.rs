@@ -119,12 +119,14 @@ pub struct Builder {
     /// In-process mode: session of each span key, and of each session id.
     span_sessions: HashMap<u64, u32>,
     session_ids: HashMap<String, u32>,
+    /// `merged[s] = Some(t)`: session `s` turned out to be `t` (in-process: an
+    /// anonymous span learned its id after the worker had already announced it).
+    merged: Vec<Option<u32>>,
     sessions: Vec<Session>,
     categories: [CategoryTotals; 4],
     live_by_category: [u64; 4],
     reclaimed_total: u64,
     samples: Vec<Sample>,
-    births: Vec<u64>,
     worker_ends: Vec<u64>,
     start_ns: Option<u64>,
     last_ns: u64,
@@ -150,12 +152,12 @@ impl Builder {
             polls: HashMap::new(),
             span_sessions: HashMap::new(),
             session_ids: HashMap::new(),
+            merged: Vec::new(),
             sessions: Vec::new(),
             categories: Default::default(),
             live_by_category: [0; 4],
             reclaimed_total: 0,
             samples: Vec::new(),
-            births: Vec::new(),
             worker_ends: Vec::new(),
             start_ns: None,
             last_ns: 0,
@@ -274,6 +276,7 @@ impl Builder {
                 .get(&tid)
                 .and_then(|p| p.last().and_then(|(_, s)| *s))
         });
+        let session = session.map(|s| self.resolve(s));
         if let Some(s) = session {
             self.sessions[s as usize].allocated += size;
             if self.birth_window.get(&tid) == Some(&s) {
@@ -305,7 +308,7 @@ impl Builder {
         self.live_by_category[block.category as usize] -= block.size;
         self.categories[block.category as usize].reclaimed += block.size;
         self.reclaimed_total += block.size;
-        if let Some(s) = block.session {
+        if let Some(s) = block.session.map(|s| self.resolve(s)) {
             let session = &mut self.sessions[s as usize];
             session.reclaimed += block.size;
             if let Some(end) = session.worker_end_ns
@@ -319,19 +322,14 @@ impl Builder {
     /// The session whose birth-window block contains `addr`.
     fn session_containing(&self, addr: u64) -> Option<u32> {
         let (_, &(end, session)) = self.birth_blocks.range(..=addr).next_back()?;
-        (addr < end).then_some(session)
+        (addr < end).then(|| self.resolve(session))
     }
 
     fn scope(&mut self, ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) {
         match (kind, phase) {
             (ScopeKind::SessionCreate, Phase::Enter) => {
-                self.sessions.push(Session {
-                    born_ns: ts,
-                    ..Default::default()
-                });
-                self.births.push(ts);
-                self.birth_window
-                    .insert(tid, self.sessions.len() as u32 - 1);
+                let session = self.new_session(ts, None);
+                self.birth_window.insert(tid, session);
             }
             (ScopeKind::WorkerSpawn, Phase::Exit) => {
                 self.birth_window.remove(&tid);
@@ -374,6 +372,9 @@ impl Builder {
         let session = if id.is_empty() {
             self.new_session(ts, None)
         } else if let Some(&known) = self.session_ids.get(&id) {
+            if let Some(anonymous) = unnamed_current.filter(|s| *s != known) {
+                self.merge(anonymous, known);
+            }
             known
         } else if let Some(s) = unnamed_current {
             self.sessions[s as usize].id = Some(id.clone());
@@ -390,13 +391,40 @@ impl Builder {
         }
     }
 
+    fn resolve(&self, mut session: u32) -> u32 {
+        while let Some(into) = self.merged[session as usize] {
+            session = into;
+        }
+        session
+    }
+
+    /// Folds session `from` into `into`: same session, learned late.
+    fn merge(&mut self, from: u32, into: u32) {
+        let moved = std::mem::take(&mut self.sessions[from as usize]);
+        let target = &mut self.sessions[into as usize];
+        target.born_ns = target.born_ns.min(moved.born_ns);
+        target.allocated += moved.allocated;
+        target.reclaimed += moved.reclaimed;
+        target.transient += moved.transient;
+        self.merged[from as usize] = Some(into);
+        for bound in self
+            .span_sessions
+            .values_mut()
+            .chain(self.birth_window.values_mut())
+        {
+            if *bound == from {
+                *bound = into;
+            }
+        }
+    }
+
     fn new_session(&mut self, ts: u64, id: Option<String>) -> u32 {
+        self.merged.push(None);
         self.sessions.push(Session {
             id,
             born_ns: ts,
             ..Default::default()
         });
-        self.births.push(ts);
         self.sessions.len() as u32 - 1
     }
 
@@ -405,6 +433,12 @@ impl Builder {
         let start_ns = self.start_ns.unwrap_or(end_ns);
         self.clock(end_ns);
         let mut sites: HashMap<Option<StackId>, Site> = HashMap::new();
+        let resolved: Vec<Option<u32>> = (0..self.sessions.len() as u32)
+            .map(|s| Some(self.resolve(s)))
+            .collect();
+        for block in self.live.values_mut() {
+            block.session = block.session.and_then(|s| resolved[s as usize]);
+        }
         for block in self.live.values() {
             let worker_gone = block
                 .session
@@ -456,6 +490,14 @@ impl Builder {
                 .1;
         }
         let to_s = |ts: &u64| (ts - start_ns) as f64 / 1e9;
+        let sessions: Vec<Session> = self
+            .sessions
+            .into_iter()
+            .zip(&self.merged)
+            .filter(|(_, merged)| merged.is_none())
+            .map(|(session, _)| session)
+            .collect();
+        let births: Vec<u64> = sessions.iter().map(|s| s.born_ns).collect();
         let mut lost_by_reason: Vec<(LostReason, u64)> = self.lost.into_iter().collect();
         lost_by_reason.sort_by_key(|(r, _)| format!("{r:?}"));
         Timeline {
@@ -472,9 +514,9 @@ impl Builder {
                 .map(|(_, n)| n)
                 .sum(),
             lost_by_reason,
-            session_births_s: self.births.iter().map(to_s).collect(),
+            session_births_s: births.iter().map(to_s).collect(),
             worker_ends_s: self.worker_ends.iter().map(to_s).collect(),
-            sessions: self.sessions,
+            sessions,
             categories: self.categories,
             samples: self.samples,
             sites,

@@ -2,12 +2,13 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 
-use super::recorder::{RawKind, record_memory};
+use super::recorder::{RawKind, record_memory, untracked};
 
 /// `#[global_allocator] static ALLOC: leakscope_probe::inproc::Alloc = leakscope_probe::inproc::Alloc;`
 ///
 /// Delegates to `dhat::Alloc` (so dhat's profiles and `dhat::HeapStats` keep
 /// working) and records each call while a [`Recorder`](super::Recorder) runs.
+/// Allocations dhat makes for its own bookkeeping are not recorded.
 pub struct Alloc;
 
 // SAFETY: every method forwards to dhat::Alloc, a correct GlobalAlloc, with the
@@ -15,8 +16,8 @@ pub struct Alloc;
 unsafe impl GlobalAlloc for Alloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded contract.
-        let block = unsafe { dhat::Alloc.alloc(layout) };
-        if !block.is_null() {
+        let (block, outermost) = untracked(|| unsafe { dhat::Alloc.alloc(layout) });
+        if outermost && !block.is_null() {
             record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
         }
         block
@@ -24,8 +25,8 @@ unsafe impl GlobalAlloc for Alloc {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded contract.
-        let block = unsafe { dhat::Alloc.alloc_zeroed(layout) };
-        if !block.is_null() {
+        let (block, outermost) = untracked(|| unsafe { dhat::Alloc.alloc_zeroed(layout) });
+        if outermost && !block.is_null() {
             record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
         }
         block
@@ -35,13 +36,14 @@ unsafe impl GlobalAlloc for Alloc {
         // Recorded before the block goes back, so its address cannot be reused first.
         record_memory(RawKind::Free, block as u64, 0, 0);
         // SAFETY: forwarded contract.
-        unsafe { dhat::Alloc.dealloc(block, layout) }
+        untracked(|| unsafe { dhat::Alloc.dealloc(block, layout) });
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded contract.
-        let new = unsafe { dhat::Alloc.realloc(block, layout, new_size) };
-        if !new.is_null() {
+        let (new, outermost) =
+            untracked(|| unsafe { dhat::Alloc.realloc(block, layout, new_size) });
+        if outermost && !new.is_null() {
             record_memory(RawKind::Realloc, new as u64, block as u64, new_size as u64);
         }
         new

@@ -73,6 +73,21 @@ fn tid() -> u32 {
     .unwrap_or(0)
 }
 
+/// Runs an allocator call with this thread marked "inside": allocations it makes
+/// itself (dhat's bookkeeping) are forwarded without being recorded. Returns its
+/// result and whether this is the outermost call, the one to record.
+#[inline]
+pub(crate) fn untracked<R>(f: impl FnOnce() -> R) -> (R, bool) {
+    let outermost = IN_RECORDER
+        .try_with(|flag| !flag.replace(true))
+        .unwrap_or(false);
+    let result = f();
+    if outermost {
+        let _ = IN_RECORDER.try_with(|flag| flag.set(false));
+    }
+    (result, outermost)
+}
+
 /// Runs `f` unless this thread is already inside the recorder or recording is off.
 #[inline]
 fn guarded(f: impl FnOnce(&Shared)) {
@@ -192,9 +207,11 @@ impl Recorder {
             .clear();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
+        // Allocated here, so the recorder's memory is all taken before start returns.
+        let spare = Vec::with_capacity(BUFFER_EVENTS);
         let writer = std::thread::Builder::new()
             .name("leakscope-writer".into())
-            .spawn(move || write_loop(shared, writer, &thread_stop))?;
+            .spawn(move || write_loop(shared, writer, spare, &thread_stop))?;
         ACTIVE.store(true, Ordering::SeqCst);
         Ok(Self {
             stop,
@@ -265,10 +282,10 @@ pub fn start(path: impl AsRef<Path>) -> Result<Guard> {
 fn write_loop(
     shared: &'static Shared,
     mut writer: RecordingWriter,
+    mut spare: Vec<RawEvent>,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     let _ = IN_RECORDER.try_with(|flag| flag.set(true));
-    let mut spare: Vec<RawEvent> = Vec::with_capacity(BUFFER_EVENTS);
     let mut stacks: HashMap<Vec<u64>, StackId> = HashMap::new();
     let mut lost_seen = 0;
     loop {
