@@ -37,4 +37,4 @@ mod stack;
 
 pub use alloc::Alloc;
 pub use layer::SessionLayer;
-pub use recorder::{Recorder, start};
+pub use recorder::{Guard, Recorder, start};
