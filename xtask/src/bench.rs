@@ -35,32 +35,122 @@ struct Bench {
 }
 
 impl Bench {
-    fn run(&mut self, pairs: u64) -> Result<f64> {
-        writeln!(self.input, "run {pairs}")?;
+    fn start(binary: &Path) -> Result<Self> {
+        let mut child = Command::new(binary)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let input = child.stdin.take().expect("piped");
+        let mut output = BufReader::new(child.stdout.take().expect("piped"));
+        let mut ready = String::new();
+        output.read_line(&mut ready)?;
+        Ok(Self {
+            child,
+            input,
+            output,
+        })
+    }
+
+    fn ask(&mut self, command: &str) -> Result<String> {
+        writeln!(self.input, "{command}")?;
         let mut line = String::new();
         self.output.read_line(&mut line)?;
-        line.trim()
-            .parse()
-            .with_context(|| format!("alloc-bench said {line:?}"))
+        if line.is_empty() {
+            bail!("alloc-bench stopped at {command:?}");
+        }
+        Ok(line.trim().to_owned())
     }
+
+    /// ns per pair for `run N` (libc) or `box N` (global allocator).
+    fn time(&mut self, command: &str) -> Result<f64> {
+        let answer = self.ask(command)?;
+        answer
+            .parse()
+            .with_context(|| format!("alloc-bench said {answer:?}"))
+    }
+
+    fn run(&mut self, pairs: u64) -> Result<f64> {
+        self.time(&format!("run {pairs}"))
+    }
+
+    fn finish(self) {
+        let Bench {
+            mut child, input, ..
+        } = self;
+        drop(input);
+        let _ = child.wait();
+    }
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// The in-process mode's cost on `Box` allocations: the system allocator, dhat's
+/// wrapper alone, and dhat's profiler plus the leakscope recorder.
+fn in_process(args: &BenchArgs, system_build: &Path) -> Result<()> {
+    let pairs = (args.pairs / 10).max(1000);
+    let command = format!("box {pairs}");
+    let mut plain = Bench::start(system_build)?;
+    plain.time(&command)?;
+    let system = median(
+        (0..args.rounds)
+            .map(|_| plain.time(&command))
+            .collect::<Result<_>>()?,
+    );
+    plain.finish();
+    crate::shell::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "leakscope-fixtures",
+        "--features",
+        "dhat-heap",
+        "--bin",
+        "alloc-bench",
+    ])?;
+    let mut inproc = Bench::start(system_build)?;
+    inproc.time(&command)?;
+    let wrapper = median(
+        (0..args.rounds)
+            .map(|_| inproc.time(&command))
+            .collect::<Result<_>>()?,
+    );
+    let out = std::env::temp_dir().join("leakscope-bench-inproc.lsrec");
+    let mut recording = Vec::new();
+    for _ in 0..args.rounds {
+        inproc.ask(&format!("record {}", out.display()))?;
+        recording.push(inproc.time(&command)?);
+        inproc.ask("stop")?;
+    }
+    inproc.finish();
+    let recording = median(recording);
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(out.with_file_name("dhat-heap.json"));
+    println!();
+    println!(
+        "Box<[u8; 64]> alloc+drop pairs: {pairs} per run, {} rounds, medians",
+        args.rounds
+    );
+    println!("| mode | ns per pair | vs system allocator |");
+    println!("| --- | --- | --- |");
+    println!("| system allocator | {system:.1} | 1.0x |");
+    println!(
+        "| inproc::Alloc, not recording (dhat wrapper idle) | {wrapper:.1} | {:.1}x |",
+        wrapper / system
+    );
+    println!(
+        "| inproc::Alloc recording (dhat profiler + leakscope recorder) | {recording:.1} | {:.0}x |",
+        recording / system
+    );
+    Ok(())
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let probe = crate::build_probe()?;
     let release = crate::build_release_bins(&["leakscope-fixtures"])?;
-    let mut child = Command::new(release.join("alloc-bench"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let input = child.stdin.take().expect("piped");
-    let mut output = BufReader::new(child.stdout.take().expect("piped"));
-    let mut ready = String::new();
-    output.read_line(&mut ready)?;
-    let mut bench = Bench {
-        child,
-        input,
-        output,
-    };
+    let mut bench = Bench::start(&release.join("alloc-bench"))?;
     bench.run(args.pairs / 10)?; // warm up the allocator and the page cache
 
     let modes = [Mode::Unprobed, Mode::BareUprobes, Mode::FullProbe];
@@ -81,19 +171,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             samples.push(ns);
         }
     }
-    drop(bench.input);
-    let _ = bench.child.wait();
+    bench.finish();
     let _ = std::fs::remove_file(&out);
 
     let median = |mode: Mode| {
-        let mut v = results
-            .iter()
-            .find(|(m, _)| *m == mode)
-            .expect("mode")
-            .1
-            .clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        median(
+            results
+                .iter()
+                .find(|(m, _)| *m == mode)
+                .expect("mode")
+                .1
+                .clone(),
+        )
     };
     let (base, bare, full) = (
         median(Mode::Unprobed),
@@ -117,7 +206,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         (full - base) / (bare - base),
         full - bare
     );
-    Ok(())
+    in_process(args, &release.join("alloc-bench"))
 }
 
 fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<Child> {
