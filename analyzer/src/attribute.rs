@@ -23,7 +23,10 @@ pub enum Category {
 }
 
 impl Category {
-    pub const ALL: [Category; 4] = [
+    /// How many categories there are: the size of every per-category array.
+    pub const COUNT: usize = 4;
+
+    pub const ALL: [Category; Category::COUNT] = [
         Category::SessionMap,
         Category::WorkerChannel,
         Category::WorkerOther,
@@ -37,6 +40,35 @@ impl Category {
             Category::WorkerOther => "worker-other",
             Category::Other => "other",
         }
+    }
+}
+
+/// One value per [`Category`], indexed by category.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PerCategory<T>(pub [T; Category::COUNT]);
+
+impl<T> PerCategory<T> {
+    /// The values in [`Category::ALL`] order.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    /// (category, value) pairs in [`Category::ALL`] order.
+    pub fn entries(&self) -> impl Iterator<Item = (Category, &T)> {
+        Category::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
+impl<T> std::ops::Index<Category> for PerCategory<T> {
+    type Output = T;
+    fn index(&self, category: Category) -> &T {
+        &self.0[category as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<Category> for PerCategory<T> {
+    fn index_mut(&mut self, category: Category) -> &mut T {
+        &mut self.0[category as usize]
     }
 }
 

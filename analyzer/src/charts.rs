@@ -106,10 +106,8 @@ fn title(timeline: &Timeline, what: &str) -> String {
     let h = &timeline.header;
     let exe = h.exe.rsplit('/').next().unwrap_or(&h.exe);
     let rmcp = h
-        .settings
-        .notes
-        .iter()
-        .find_map(|n| n.strip_prefix("rmcp version: "))
+        .rmcp_version
+        .as_deref()
         .map(|v| format!(", rmcp {v}"))
         .unwrap_or_default();
     format!("{what}: {exe} (pid {}{rmcp})", h.pid)
@@ -175,7 +173,7 @@ where
         let category = order[top];
         let color = category_color(category);
         let points = timeline.samples.iter().map(|s| {
-            let stacked: u64 = order[..=top].iter().map(|c| s.live[*c as usize]).sum();
+            let stacked: u64 = order[..=top].iter().map(|c| s.live[*c]).sum();
             (s.t_s, stacked as f64 / unit.divisor)
         });
         chart

@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::attribute::{Category, Rules};
+use crate::attribute::{Category, PerCategory, Rules};
 
 #[derive(Debug, Deserialize)]
 struct Profile {
@@ -69,7 +69,7 @@ pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> 
             profile.version
         );
     }
-    let mut totals = [(0u64, 0u64); 4];
+    let mut totals: PerCategory<(u64, u64)> = PerCategory::default();
     for pp in &profile.pps {
         let frames = pp
             .fs
@@ -77,8 +77,8 @@ pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> 
             .filter_map(|i| profile.ftbl.get(*i))
             .map(|f| function_of(f));
         let category = rules.categorize(frames);
-        totals[category as usize].0 += pp.eb;
-        totals[category as usize].1 += pp.ebk;
+        totals[category].0 += pp.eb;
+        totals[category].1 += pp.ebk;
     }
     Ok(DhatAttribution {
         cmd: profile.cmd,
@@ -87,8 +87,8 @@ pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> 
             .iter()
             .map(|c| DhatCategory {
                 name: c.name(),
-                t_end_bytes: totals[*c as usize].0,
-                t_end_blocks: totals[*c as usize].1,
+                t_end_bytes: totals[*c].0,
+                t_end_blocks: totals[*c].1,
             })
             .collect(),
     })
@@ -105,7 +105,7 @@ pub fn render(attribution: &DhatAttribution) -> String {
         out.push_str(&format!(
             "| {} | {} | {} |\n",
             c.name,
-            crate::report::bytes(c.t_end_bytes),
+            crate::units::bytes(c.t_end_bytes),
             c.t_end_blocks
         ));
     }

@@ -1,30 +1,49 @@
 //! leakscope's analyzer: recordings in, attribution, timelines, reports out.
 //!
-//! A pipeline of small stages, each its own module and tested alone:
-//! recording (`leakscope_probe::recording`, read with a tolerated torn tail) ->
-//! [`symbolize`] (blazesym over the recorded mappings) -> [`attribute`] (category
-//! rules) -> [`timeline`] (sessions, live/reclaimed/transient/retained over time) ->
-//! [`summary`] (`summary.json`), [`report`] (`report.md`), [`charts`] (SVG/PNG),
-//! [`flamegraph`] and [`trace`] (Perfetto). [`dhat`] imports DHAT's own profiles.
+//! A pipeline of small stages, each its own module and tested alone (inferno's
+//! style: plain data between stages):
+//!
+//! ```text
+//! recording (leakscope_recording, read with a tolerated torn tail)
+//!   -> stacks     symbolize (blazesym over the recorded mappings) + attribute (category rules)
+//!   -> sessions   which session owns a block (birth windows, containment, spans)
+//!   -> accounting live / reclaimed / transient / retained, per category and session, over time
+//!   -> sites      what is still live, by call site
+//!   => timeline   the result of one streaming pass
+//!   -> outputs    summary (summary.json), report (report.md), charts (SVG/PNG),
+//!                 flamegraph, trace (Perfetto)
+//! ```
+//! [`dhat`] imports DHAT's own profiles into the same categories. [`units`] says
+//! how figures read. Library code returns what happened (warnings, progress
+//! through a callback); the `leakscope` binary decides what to print.
 
+pub mod accounting;
 pub mod attribute;
 pub mod charts;
 pub mod dhat;
 pub mod flamegraph;
 pub mod report;
+pub mod sessions;
+pub mod sites;
+pub mod stacks;
 pub mod summary;
 pub mod symbolize;
 pub mod timeline;
 pub mod trace;
+pub mod units;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use leakscope_probe::recording::RecordingReader;
+use leakscope_recording::RecordingReader;
 
+use crate::accounting::SAMPLE_INTERVAL_NS;
 use crate::attribute::Rules;
 use crate::summary::{Summary, summarize};
 use crate::timeline::{Builder, Timeline};
+
+/// Progress is reported every this many records.
+const PROGRESS_EVERY_RECORDS: u64 = 65_536;
 
 pub struct ReportOptions {
     pub out_dir: PathBuf,
@@ -33,49 +52,74 @@ pub struct ReportOptions {
     pub grace_ns: u64,
 }
 
-/// Reads a recording in one streaming pass into a [`Timeline`], with a progress
-/// bar on a terminal.
+/// How far reading a recording has got.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Bytes of the file read so far.
+    pub read: u64,
+    /// The file's size.
+    pub total: u64,
+}
+
+/// What `report` produced.
+pub struct Report {
+    pub summary: Summary,
+    /// Things the user should know about the recording (e.g. it was truncated).
+    pub warnings: Vec<String>,
+}
+
+/// Reads a recording in one streaming pass into a [`Timeline`].
 pub fn analyze(path: &Path, rules: Rules, grace_ns: u64) -> Result<Timeline> {
+    analyze_with_progress(path, rules, grace_ns, |_| {})
+}
+
+/// [`analyze`], telling `on_progress` how far it has read.
+pub fn analyze_with_progress(
+    path: &Path,
+    rules: Rules,
+    grace_ns: u64,
+    mut on_progress: impl FnMut(Progress),
+) -> Result<Timeline> {
     let mut reader = RecordingReader::open(path)?;
     let header = reader.header().clone();
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        indicatif::ProgressBar::new(size)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    progress.set_style(
-        indicatif::ProgressStyle::with_template("reading {bar:30} {bytes}/{total_bytes} {msg}")
-            .expect("valid template"),
-    );
-    let mut builder = Builder::new(rules, grace_ns, 100_000_000);
+    let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let mut builder = Builder::new(rules, grace_ns, SAMPLE_INTERVAL_NS);
     let mut n: u64 = 0;
     while let Some(record) = reader.next() {
         builder.push(record);
         n += 1;
-        if n.is_multiple_of(65_536) {
-            progress.set_position(reader.offset());
+        if n.is_multiple_of(PROGRESS_EVERY_RECORDS) {
+            on_progress(Progress {
+                read: reader.offset(),
+                total,
+            });
         }
     }
-    progress.finish_and_clear();
+    on_progress(Progress {
+        read: reader.offset(),
+        total,
+    });
     let tail = reader.tail().cloned().expect("the reader was drained");
-    if let leakscope_probe::recording::Tail::Torn { offset, reason } = &tail {
-        eprintln!(
-            "leakscope: warning: {} is truncated at byte {offset} ({reason}); reporting its readable prefix",
-            path.display()
-        );
-    }
     Ok(builder.finish(header, tail))
 }
 
 /// `leakscope report`: writes `summary.json`, `report.md`, `trace.json`,
 /// `flamegraph.svg` and the charts (SVG and PNG) into `out_dir`.
-pub fn report(recording: &Path, options: &ReportOptions) -> Result<Summary> {
+pub fn report(recording: &Path, options: &ReportOptions) -> Result<Report> {
+    report_with_progress(recording, options, |_| {})
+}
+
+/// [`report`], telling `on_progress` how far it has read the recording.
+pub fn report_with_progress(
+    recording: &Path,
+    options: &ReportOptions,
+    on_progress: impl FnMut(Progress),
+) -> Result<Report> {
     let rules = match &options.rules {
         Some(path) => Rules::with_user_file(path)?,
         None => Rules::builtin(),
     };
-    let timeline = analyze(recording, rules, options.grace_ns)?;
+    let timeline = analyze_with_progress(recording, rules, options.grace_ns, on_progress)?;
     let summary = summarize(&timeline);
     std::fs::create_dir_all(&options.out_dir)
         .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
@@ -89,7 +133,13 @@ pub fn report(recording: &Path, options: &ReportOptions) -> Result<Summary> {
     )?;
     std::fs::write(
         options.out_dir.join("trace.json"),
-        serde_json::to_string(&trace::chrome_trace(&timeline))?,
+        serde_json::to_string(&trace::chrome_trace(
+            &timeline.header,
+            timeline.start_ns,
+            timeline.end_ns,
+            &timeline.sessions,
+            &timeline.samples,
+        ))?,
     )?;
     let exe = timeline.header.exe.rsplit('/').next().unwrap_or("target");
     flamegraph::write(
@@ -101,7 +151,10 @@ pub fn report(recording: &Path, options: &ReportOptions) -> Result<Summary> {
         &options.out_dir.join("flamegraph.svg"),
     )?;
     charts::write_all(&timeline, &options.out_dir)?;
-    Ok(summary)
+    Ok(Report {
+        summary,
+        warnings: timeline.warnings,
+    })
 }
 
 #[cfg(test)]
@@ -123,7 +176,8 @@ mod tests {
                 grace_ns: 1_000_000_000,
             },
         )
-        .unwrap();
+        .unwrap()
+        .summary;
         assert_eq!(summary.sessions.count, 5);
         assert_eq!(summary.sessions.closed, 0);
         for (file, starts_with) in [

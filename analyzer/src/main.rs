@@ -1,11 +1,13 @@
-//! `leakscope`: analyze recordings.
+//! `leakscope`: analyze recordings. Argument handling and what to print; the work
+//! is in the library.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use leakscope_analyzer::{ReportOptions, report};
+use leakscope_analyzer::{ReportOptions, report_with_progress};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -63,15 +65,25 @@ fn run(cli: Cli) -> Result<()> {
             rules,
             grace,
         } => {
-            let summary = report(
+            let progress = progress_bar();
+            let outcome = report_with_progress(
                 &recording,
                 &ReportOptions {
                     out_dir: out.clone(),
                     rules,
                     grace_ns: grace.as_nanos() as u64,
                 },
-            )?;
-            println!("{}", summary.verdict);
+                |p| {
+                    progress.set_length(p.total);
+                    progress.set_position(p.read);
+                },
+            );
+            progress.finish_and_clear();
+            let outcome = outcome?;
+            for warning in &outcome.warnings {
+                eprintln!("leakscope: warning: {}: {warning}", recording.display());
+            }
+            println!("{}", outcome.summary.verdict);
             println!("report written to {}", out.join("report.md").display());
             Ok(())
         }
@@ -92,8 +104,21 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Dump { recording } => {
-            leakscope_probe::recording::dump(&recording, std::io::stdout().lock())?;
+            leakscope_recording::dump(&recording, std::io::stdout().lock())?;
             Ok(())
         }
     }
+}
+
+/// A bar of bytes read, on a terminal only.
+fn progress_bar() -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("reading {bar:30} {bytes}/{total_bytes}")
+            .expect("valid template"),
+    );
+    bar
 }

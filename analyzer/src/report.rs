@@ -2,22 +2,11 @@
 
 use std::fmt::Write as _;
 
-use leakscope_probe::recording::Tail;
+use leakscope_recording::Tail;
 
 use crate::summary::Summary;
 use crate::timeline::Timeline;
-
-/// Bytes in B / KiB / MiB.
-pub fn bytes(n: u64) -> String {
-    let n = n as f64;
-    if n >= 1024.0 * 1024.0 {
-        format!("{:.1} MiB", n / (1024.0 * 1024.0))
-    } else if n >= 1024.0 {
-        format!("{:.1} KiB", n / 1024.0)
-    } else {
-        format!("{n:.0} B")
-    }
-}
+use crate::units::bytes;
 
 pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     let mut md = String::new();

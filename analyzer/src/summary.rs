@@ -91,7 +91,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
     let categories = Category::ALL
         .iter()
         .map(|c| {
-            let t = timeline.categories[*c as usize];
+            let t = timeline.categories[*c];
             CategorySummary {
                 name: c.name(),
                 allocated_bytes: t.allocated,
@@ -183,7 +183,7 @@ fn verdict(summary: &Summary, timeline: &Timeline) -> String {
     format!(
         "{leaking} of {} sessions were never closed; each retains {} after its worker exited (p50), {share:.0}% of it {site}({}){lower_bound}.",
         s.count,
-        crate::report::bytes(s.retained_bytes.p50),
+        crate::units::bytes(s.retained_bytes.p50),
         top.name
     )
 }

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze};
-use leakscope_probe::recording::Mapping;
-use leakscope_probe::symbols::demangle;
+use leakscope_recording::Mapping;
+use leakscope_recording::demangle;
 
 /// One frame after symbolization; inlined calls become frames of their own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +116,7 @@ mod tests {
 
     #[test]
     fn names_a_function_of_this_process_through_its_mappings() {
-        let target = leakscope_probe::target::Target::inspect(std::process::id()).unwrap();
+        let target = leakscope_recording::target::Target::inspect(std::process::id()).unwrap();
         let mut symbolizer = Symbolizer::new();
         for mapping in target.mappings {
             symbolizer.add_mapping(mapping);

@@ -1,28 +1,24 @@
-//! Replaying a recording: live and reclaimed bytes per category and per session over time.
+//! The timeline: one streaming pass over a recording, through the stages.
 //!
-//! Sessions come from the lifecycle scopes:
-//! * **birth window**: from `session-create` entry to `worker-spawn` return on one
-//!   thread; every block allocated there belongs to the new session;
-//! * **worker polls**: a `worker-poll` entry's argument points into the worker's
-//!   task, a block allocated in some session's birth window (*provenance by
-//!   containment*); blocks allocated on that thread until the poll returns belong
-//!   to that session;
-//! * **worker end**: `worker-drop`'s argument, found the same way.
-//!
-//! After a worker ends, a session's blocks freed within `grace` are **transient**;
-//! blocks still live at the end of the recording, with the worker gone for longer
-//! than `grace`, are **retained**: the leak signal. Memory is O(live blocks + stacks).
+//! Each record goes to the stage that owns its concept: `Stack` and `Mapping` to
+//! [`stacks`](crate::stacks) (symbolize, categorize), lifecycle scopes and session
+//! facts to [`sessions`](crate::sessions) (which session owns a block), allocations
+//! and frees to [`accounting`](crate::accounting) (live, reclaimed, transient,
+//! retained over time). At the end, [`sites`](crate::sites) groups what is still
+//! live by call site. The [`Timeline`] is what the outputs read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use leakscope_probe::recording::{
-    EndReason, Header, LostReason, Phase, Record, ScopeKind, SessionFact, StackId, Tail,
-};
+use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Tail};
 
-use crate::attribute::{Category, Rules};
-use crate::symbolize::{Frame, Symbolizer};
+use crate::accounting::{Accounting, Block, SessionBytes};
+pub use crate::accounting::{CategoryTotals, Sample};
+use crate::attribute::{PerCategory, Rules};
+use crate::sessions::SessionTracker;
+pub use crate::sites::Site;
+use crate::stacks::Stacks;
 
-/// One session as the recording shows it.
+/// One session as the recording shows it: its lifecycle and its bytes.
 #[derive(Debug, Clone, Default)]
 pub struct Session {
     /// The session id string, when the recording names it (in-process mode).
@@ -39,36 +35,6 @@ pub struct Session {
     pub live_at_end: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CategoryTotals {
-    pub allocated: u64,
-    pub reclaimed: u64,
-    pub live_at_end: u64,
-    /// Live at the end and belonging to a session whose worker is gone.
-    pub retained: u64,
-}
-
-/// Live bytes at one moment.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sample {
-    pub t_s: f64,
-    pub live: [u64; 4],
-    pub reclaimed_total: u64,
-}
-
-/// A call site still holding memory at the end.
-#[derive(Debug, Clone)]
-pub struct Site {
-    pub stack: Option<StackId>,
-    pub frames: Vec<Frame>,
-    pub category: Category,
-    /// Index in `frames` of the frame whose rule chose the category.
-    pub decided_by: Option<usize>,
-    pub retained_bytes: u64,
-    pub blocks: u64,
-    pub session_bytes: u64,
-}
-
 pub struct Timeline {
     pub header: Header,
     pub tail: Tail,
@@ -80,13 +46,15 @@ pub struct Timeline {
     pub lost: u64,
     pub lost_by_reason: Vec<(LostReason, u64)>,
     pub sessions: Vec<Session>,
-    pub categories: [CategoryTotals; 4],
+    pub categories: PerCategory<CategoryTotals>,
     pub samples: Vec<Sample>,
     pub session_births_s: Vec<f64>,
     pub worker_ends_s: Vec<f64>,
     /// Live blocks at the end grouped by stack: most session-retained bytes first.
     pub sites: Vec<Site>,
     pub grace_ns: u64,
+    /// Things the reader of a report should know (e.g. a torn recording).
+    pub warnings: Vec<String>,
 }
 
 impl Timeline {
@@ -95,45 +63,14 @@ impl Timeline {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Block {
-    size: u64,
-    category: Category,
-    stack: Option<StackId>,
-    session: Option<u32>,
-}
-
 /// Builds the timeline from records (the reader's iterator) in one pass.
 pub struct Builder {
-    rules: Rules,
-    symbolizer: Symbolizer,
     grace_ns: u64,
-    stacks: HashMap<StackId, Vec<u64>>,
-    stack_category: HashMap<StackId, Category>,
-    live: HashMap<u64, Block>,
-    /// Blocks allocated in birth windows: start -> (end, session).
-    birth_blocks: BTreeMap<u64, (u64, u32)>,
-    birth_window: HashMap<u32, u32>,
-    /// Per thread, the open worker polls / session spans: (key, session).
-    polls: HashMap<u32, Vec<(u64, Option<u32>)>>,
-    /// In-process mode: session of each span key, and of each session id.
-    span_sessions: HashMap<u64, u32>,
-    session_ids: HashMap<String, u32>,
-    /// `merged[s] = Some(t)`: session `s` turned out to be `t` (in-process: an
-    /// anonymous span learned its id after the worker had already announced it).
-    merged: Vec<Option<u32>>,
-    sessions: Vec<Session>,
-    categories: [CategoryTotals; 4],
-    live_by_category: [u64; 4],
-    reclaimed_total: u64,
-    samples: Vec<Sample>,
-    worker_ends: Vec<u64>,
+    stacks: Stacks,
+    sessions: SessionTracker,
+    books: Accounting,
     start_ns: Option<u64>,
     last_ns: u64,
-    next_sample_ns: u64,
-    sample_every_ns: u64,
-    allocs: u64,
-    frees: u64,
     lost: HashMap<LostReason, u64>,
     end_reason: Option<EndReason>,
 }
@@ -141,57 +78,27 @@ pub struct Builder {
 impl Builder {
     pub fn new(rules: Rules, grace_ns: u64, sample_every_ns: u64) -> Self {
         Self {
-            rules,
-            symbolizer: Symbolizer::new(),
             grace_ns,
-            stacks: HashMap::new(),
-            stack_category: HashMap::new(),
-            live: HashMap::new(),
-            birth_blocks: BTreeMap::new(),
-            birth_window: HashMap::new(),
-            polls: HashMap::new(),
-            span_sessions: HashMap::new(),
-            session_ids: HashMap::new(),
-            merged: Vec::new(),
-            sessions: Vec::new(),
-            categories: Default::default(),
-            live_by_category: [0; 4],
-            reclaimed_total: 0,
-            samples: Vec::new(),
-            worker_ends: Vec::new(),
+            stacks: Stacks::new(rules),
+            sessions: SessionTracker::default(),
+            books: Accounting::new(grace_ns, sample_every_ns),
             start_ns: None,
             last_ns: 0,
-            next_sample_ns: 0,
-            sample_every_ns: sample_every_ns.max(1),
-            allocs: 0,
-            frees: 0,
             lost: HashMap::new(),
             end_reason: None,
         }
     }
 
     fn clock(&mut self, ts: u64) {
-        let start = *self.start_ns.get_or_insert(ts);
-        if self.next_sample_ns == 0 {
-            self.next_sample_ns = ts;
-        }
-        while ts >= self.next_sample_ns {
-            self.samples.push(Sample {
-                t_s: (self.next_sample_ns - start) as f64 / 1e9,
-                live: self.live_by_category,
-                reclaimed_total: self.reclaimed_total,
-            });
-            self.next_sample_ns += self.sample_every_ns;
-        }
+        self.start_ns.get_or_insert(ts);
+        self.books.tick(ts);
         self.last_ns = self.last_ns.max(ts);
     }
 
     pub fn push(&mut self, record: Record) {
         match record {
-            Record::Mapping(m) => self.symbolizer.add_mapping(m),
-            Record::Stack { id, frames } => {
-                self.stacks.insert(id, frames);
-            }
+            Record::Mapping(m) => self.stacks.add_mapping(m),
+            Record::Stack { id, frames } => self.stacks.add(id, frames),
             Record::Alloc {
                 ts,
                 tid,
@@ -200,7 +107,7 @@ impl Builder {
                 stack,
             } => {
                 self.clock(ts);
-                self.alloc(ts, tid, addr, size, stack);
+                self.alloc(tid, addr, size, stack);
             }
             Record::Realloc {
                 ts,
@@ -216,7 +123,7 @@ impl Builder {
                 if old != 0 && (new != 0 || size == 0) {
                     self.free(ts, old);
                 }
-                self.alloc(ts, tid, new, size, stack);
+                self.alloc(tid, new, size, stack);
             }
             Record::Free { ts, addr, .. } => {
                 self.clock(ts);
@@ -230,7 +137,7 @@ impl Builder {
                 arg,
             } => {
                 self.clock(ts);
-                self.scope(ts, tid, kind, phase, arg);
+                self.sessions.scope(ts, tid, kind, phase, arg);
             }
             Record::Lost { reason, count, .. } => *self.lost.entry(reason).or_default() += count,
             Record::End { ts, reason } => {
@@ -243,284 +150,93 @@ impl Builder {
                 fact: SessionFact::Id(id),
             } => {
                 self.clock(ts);
-                self.name_session(ts, tid, id);
+                self.sessions.name(ts, tid, id);
             }
             Record::Session { .. } => {}
         }
     }
 
-    fn category_of(&mut self, stack: Option<StackId>) -> Category {
-        let Some(id) = stack else {
-            return Category::Other;
-        };
-        if let Some(category) = self.stack_category.get(&id) {
-            return *category;
-        }
-        let ips = self.stacks.get(&id).cloned().unwrap_or_default();
-        let frames = self.symbolizer.stack(&ips);
-        let category = self
-            .rules
-            .categorize(frames.iter().map(|f| f.function.as_str()));
-        self.stack_category.insert(id, category);
-        category
-    }
-
-    fn alloc(&mut self, _ts: u64, tid: u32, addr: u64, size: u64, stack: Option<StackId>) {
+    fn alloc(
+        &mut self,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        stack: Option<leakscope_recording::StackId>,
+    ) {
         if addr == 0 {
             return;
         }
-        self.allocs += 1;
-        let category = self.category_of(stack);
-        let session = self.birth_window.get(&tid).copied().or_else(|| {
-            self.polls
-                .get(&tid)
-                .and_then(|p| p.last().and_then(|(_, s)| *s))
-        });
-        let session = session.map(|s| self.resolve(s));
-        if let Some(s) = session {
-            self.sessions[s as usize].allocated += size;
-            if self.birth_window.get(&tid) == Some(&s) {
-                self.birth_blocks.insert(addr, (addr + size.max(1), s));
-            }
-        }
-        if let Some(old) = self.live.insert(
-            addr,
-            Block {
-                size,
-                category,
-                stack,
-                session,
-            },
-        ) {
-            // A block we never saw freed (lost record): forget it.
-            self.live_by_category[old.category as usize] -= old.size;
-        }
-        self.categories[category as usize].allocated += size;
-        self.live_by_category[category as usize] += size;
+        let block = Block {
+            size,
+            category: self.stacks.category(stack),
+            stack,
+            session: self.sessions.alloc(tid, addr, size),
+        };
+        self.books.alloc(addr, block);
     }
 
     fn free(&mut self, ts: u64, addr: u64) {
-        let Some(block) = self.live.remove(&addr) else {
-            return;
-        };
-        self.frees += 1;
-        self.birth_blocks.remove(&addr);
-        self.live_by_category[block.category as usize] -= block.size;
-        self.categories[block.category as usize].reclaimed += block.size;
-        self.reclaimed_total += block.size;
-        if let Some(s) = block.session.map(|s| self.resolve(s)) {
-            let session = &mut self.sessions[s as usize];
-            session.reclaimed += block.size;
-            if let Some(end) = session.worker_end_ns
-                && ts <= end + self.grace_ns
-            {
-                session.transient += block.size;
-            }
+        if self.books.free(ts, addr, &self.sessions).is_some() {
+            self.sessions.free(addr);
         }
-    }
-
-    /// The session whose birth-window block contains `addr`.
-    fn session_containing(&self, addr: u64) -> Option<u32> {
-        let (_, &(end, session)) = self.birth_blocks.range(..=addr).next_back()?;
-        (addr < end).then(|| self.resolve(session))
-    }
-
-    fn scope(&mut self, ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) {
-        match (kind, phase) {
-            (ScopeKind::SessionCreate, Phase::Enter) => {
-                let session = self.new_session(ts, None);
-                self.birth_window.insert(tid, session);
-            }
-            (ScopeKind::WorkerSpawn, Phase::Exit) => {
-                self.birth_window.remove(&tid);
-            }
-            (ScopeKind::WorkerPoll, Phase::Enter) => {
-                let session = self.session_containing(arg);
-                self.polls.entry(tid).or_default().push((arg, session));
-            }
-            (ScopeKind::SessionSpan, Phase::Enter) => {
-                let session = self.span_sessions.get(&arg).copied();
-                self.polls.entry(tid).or_default().push((arg, session));
-            }
-            (ScopeKind::WorkerPoll | ScopeKind::SessionSpan, Phase::Exit) => {
-                if let Some(stack) = self.polls.get_mut(&tid) {
-                    stack.pop();
-                }
-            }
-            (ScopeKind::WorkerDrop, Phase::Enter) => {
-                self.worker_ends.push(ts);
-                let session = self
-                    .session_containing(arg)
-                    .or_else(|| self.span_sessions.get(&arg).copied());
-                if let Some(s) = session {
-                    let session = &mut self.sessions[s as usize];
-                    session.worker_end_ns.get_or_insert(ts);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// In-process mode: the innermost session span on `tid` announced its session id
-    /// ("" = a new session whose id comes later). Span keys are reused by `tracing`,
-    /// so each announcement rebinds the span's key.
-    fn name_session(&mut self, ts: u64, tid: u32, id: String) {
-        let Some((key, current)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
-            return;
-        };
-        let unnamed_current = current.filter(|s| self.sessions[*s as usize].id.is_none());
-        let session = if id.is_empty() {
-            self.new_session(ts, None)
-        } else if let Some(&known) = self.session_ids.get(&id) {
-            if let Some(anonymous) = unnamed_current.filter(|s| *s != known) {
-                self.merge(anonymous, known);
-            }
-            known
-        } else if let Some(s) = unnamed_current {
-            self.sessions[s as usize].id = Some(id.clone());
-            self.session_ids.insert(id, s);
-            s
-        } else {
-            let s = self.new_session(ts, Some(id.clone()));
-            self.session_ids.insert(id, s);
-            s
-        };
-        self.span_sessions.insert(key, session);
-        if let Some(top) = self.polls.get_mut(&tid).and_then(|p| p.last_mut()) {
-            top.1 = Some(session);
-        }
-    }
-
-    fn resolve(&self, mut session: u32) -> u32 {
-        while let Some(into) = self.merged[session as usize] {
-            session = into;
-        }
-        session
-    }
-
-    /// Folds session `from` into `into`: same session, learned late.
-    fn merge(&mut self, from: u32, into: u32) {
-        let moved = std::mem::take(&mut self.sessions[from as usize]);
-        let target = &mut self.sessions[into as usize];
-        target.born_ns = target.born_ns.min(moved.born_ns);
-        target.allocated += moved.allocated;
-        target.reclaimed += moved.reclaimed;
-        target.transient += moved.transient;
-        self.merged[from as usize] = Some(into);
-        for bound in self
-            .span_sessions
-            .values_mut()
-            .chain(self.birth_window.values_mut())
-        {
-            if *bound == from {
-                *bound = into;
-            }
-        }
-    }
-
-    fn new_session(&mut self, ts: u64, id: Option<String>) -> u32 {
-        self.merged.push(None);
-        self.sessions.push(Session {
-            id,
-            born_ns: ts,
-            ..Default::default()
-        });
-        self.sessions.len() as u32 - 1
     }
 
     pub fn finish(mut self, header: Header, tail: Tail) -> Timeline {
         let end_ns = self.last_ns;
         let start_ns = self.start_ns.unwrap_or(end_ns);
-        self.clock(end_ns);
-        let mut sites: HashMap<Option<StackId>, Site> = HashMap::new();
-        let resolved: Vec<Option<u32>> = (0..self.sessions.len() as u32)
-            .map(|s| Some(self.resolve(s)))
-            .collect();
-        for block in self.live.values_mut() {
-            block.session = block.session.and_then(|s| resolved[s as usize]);
-        }
-        for block in self.live.values() {
-            let worker_gone = block
-                .session
-                .and_then(|s| self.sessions[s as usize].worker_end_ns)
-                .is_some_and(|end| end + self.grace_ns <= end_ns);
-            let totals = &mut self.categories[block.category as usize];
-            totals.live_at_end += block.size;
-            if worker_gone {
-                totals.retained += block.size;
-            }
-            if let Some(s) = block.session {
-                let session = &mut self.sessions[s as usize];
-                session.live_at_end += block.size;
-                if worker_gone {
-                    session.retained += block.size;
-                }
-            }
-            let site = sites.entry(block.stack).or_insert_with(|| Site {
-                stack: block.stack,
-                frames: Vec::new(),
-                category: block.category,
-                decided_by: None,
-                retained_bytes: 0,
-                blocks: 0,
-                session_bytes: 0,
-            });
-            site.retained_bytes += block.size;
-            site.blocks += 1;
-            if worker_gone {
-                site.session_bytes += block.size;
-            }
-        }
-        let mut sites: Vec<Site> = sites.into_values().collect();
-        sites.sort_by(|a, b| {
-            b.session_bytes
-                .cmp(&a.session_bytes)
-                .then(b.retained_bytes.cmp(&a.retained_bytes))
-        });
-        for site in &mut sites {
-            let ips = site
-                .stack
-                .and_then(|id| self.stacks.get(&id))
-                .cloned()
-                .unwrap_or_default();
-            site.frames = self.symbolizer.stack(&ips);
-            site.decided_by = self
-                .rules
-                .decide(site.frames.iter().map(|f| f.function.as_str()))
-                .1;
-        }
+        let totals = self.books.finish(end_ns, &self.sessions);
+        let sites = crate::sites::sites(&totals.live, &mut self.stacks);
         let to_s = |ts: &u64| (ts - start_ns) as f64 / 1e9;
-        let sessions: Vec<Session> = self
-            .sessions
+        let worker_ends_s = self.sessions.worker_ends().iter().map(to_s).collect();
+        let (lives, index) = self.sessions.finish();
+        let mut bytes = vec![SessionBytes::default(); lives.len()];
+        for (key, figures) in totals.sessions.iter().enumerate() {
+            bytes[index[key]] += *figures;
+        }
+        let sessions: Vec<Session> = lives
             .into_iter()
-            .zip(&self.merged)
-            .filter(|(_, merged)| merged.is_none())
-            .map(|(session, _)| session)
+            .zip(bytes)
+            .map(|(life, b)| Session {
+                id: life.id,
+                born_ns: life.born_ns,
+                worker_end_ns: life.worker_end_ns,
+                allocated: b.allocated,
+                reclaimed: b.reclaimed,
+                transient: b.transient,
+                retained: b.retained,
+                live_at_end: b.live_at_end,
+            })
             .collect();
-        let births: Vec<u64> = sessions.iter().map(|s| s.born_ns).collect();
         let mut lost_by_reason: Vec<(LostReason, u64)> = self.lost.into_iter().collect();
         lost_by_reason.sort_by_key(|(r, _)| format!("{r:?}"));
+        let mut warnings = Vec::new();
+        if let Tail::Torn { offset, reason } = &tail {
+            warnings.push(format!(
+                "the recording is truncated at byte {offset} ({reason}); reporting its readable prefix"
+            ));
+        }
         Timeline {
             header,
             tail,
             end_reason: self.end_reason,
             start_ns,
             end_ns,
-            allocs: self.allocs,
-            frees: self.frees,
+            allocs: totals.allocs,
+            frees: totals.frees,
             lost: lost_by_reason
                 .iter()
                 .filter(|(r, _)| *r != LostReason::Stack)
                 .map(|(_, n)| n)
                 .sum(),
             lost_by_reason,
-            session_births_s: births.iter().map(to_s).collect(),
-            worker_ends_s: self.worker_ends.iter().map(to_s).collect(),
+            session_births_s: sessions.iter().map(|s| to_s(&s.born_ns)).collect(),
+            worker_ends_s,
             sessions,
-            categories: self.categories,
-            samples: self.samples,
+            categories: totals.categories,
+            samples: totals.samples,
             sites,
             grace_ns: self.grace_ns,
+            warnings,
         }
     }
 }
@@ -529,12 +245,13 @@ impl Builder {
 mod tests {
     use std::path::PathBuf;
 
-    use leakscope_probe::recording::{
-        AllocLayer, ClockOrigin, Producer, Record, ScopeKind, Settings,
+    use leakscope_recording::{
+        AllocLayer, ClockOrigin, Phase, Producer, Record, ScopeKind, Settings,
     };
 
     use super::*;
     use crate::analyze;
+    use crate::attribute::Category;
 
     const GRACE: u64 = 1_000_000_000;
 
@@ -555,12 +272,14 @@ mod tests {
                 monotonic_ns: 0,
                 unix_ns: 0,
             },
+            rmcp_version: None,
             settings: Settings {
                 alloc_layer: AllocLayer::GlobalAllocator,
                 alloc_layer_reason: String::new(),
                 stack_depth: 0,
                 preset: None,
                 scope_probes: vec![],
+                missing_scopes: vec![],
                 notes: vec![],
             },
         }
@@ -632,10 +351,7 @@ mod tests {
         assert_eq!(session.worker_end_ns, Some(3 * s));
         assert_eq!(session.transient, 50, "freed right after the worker ended");
         assert_eq!(session.retained, 100, "the task block outlived its worker");
-        assert_eq!(
-            timeline.categories[Category::Other as usize].live_at_end,
-            107
-        );
+        assert_eq!(timeline.categories[Category::Other].live_at_end, 107);
         assert_eq!(timeline.worker_ends_s, vec![2.0]);
     }
 

@@ -4,20 +4,28 @@
 //! the end of the recording); memory is counter tracks: live bytes per category
 //! and cumulative reclaimed bytes. Times are microseconds since the recording began.
 
+use leakscope_recording::Header;
 use serde_json::{Value, json};
 
 use crate::attribute::Category;
-use crate::timeline::Timeline;
+use crate::timeline::{Sample, Session};
 
-pub fn chrome_trace(timeline: &Timeline) -> Value {
-    let pid = timeline.header.pid;
-    let us = |ns: u64| (ns.saturating_sub(timeline.start_ns)) as f64 / 1e3;
+/// The trace of a recording of `header`'s target from `start_ns` to `end_ns`.
+pub fn chrome_trace(
+    header: &Header,
+    start_ns: u64,
+    end_ns: u64,
+    sessions: &[Session],
+    samples: &[Sample],
+) -> Value {
+    let pid = header.pid;
+    let us = |ns: u64| (ns.saturating_sub(start_ns)) as f64 / 1e3;
     let mut events = vec![json!({
         "name": "process_name", "ph": "M", "pid": pid,
-        "args": {"name": format!("{} (pid {pid})", timeline.header.exe)}
+        "args": {"name": format!("{} (pid {pid})", header.exe)}
     })];
-    for (i, session) in timeline.sessions.iter().enumerate() {
-        let end = session.worker_end_ns.unwrap_or(timeline.end_ns);
+    for (i, session) in sessions.iter().enumerate() {
+        let end = session.worker_end_ns.unwrap_or(end_ns);
         events.push(json!({
             "name": format!("session {i}"), "cat": "session", "ph": "X", "pid": pid, "tid": 1000 + i,
             "ts": us(session.born_ns), "dur": us(end) - us(session.born_ns),
@@ -28,11 +36,12 @@ pub fn chrome_trace(timeline: &Timeline) -> Value {
             }
         }));
     }
-    for sample in &timeline.samples {
+    for sample in samples {
         let ts = sample.t_s * 1e6;
-        let live: serde_json::Map<String, Value> = Category::ALL
-            .iter()
-            .map(|c| (c.name().to_owned(), json!(sample.live[*c as usize])))
+        let live: serde_json::Map<String, Value> = sample
+            .live
+            .entries()
+            .map(|(c, bytes): (Category, &u64)| (c.name().to_owned(), json!(bytes)))
             .collect();
         events.push(json!({"name": "live bytes", "ph": "C", "pid": pid, "ts": ts, "args": live}));
         events.push(json!({

@@ -1,35 +1,20 @@
 //! End to end: probe a real rmcp fixture, churn abandoned sessions, report, and check the
 //! report's figures against the fixture's own heap figure (needs root; see `ebpf_gate`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::thread::sleep;
 use std::time::Duration;
 
 use leakscope_fixtures::ebpf_gate::ebpf_available;
 use leakscope_fixtures::process::{FixtureProcess, ProbeProcess, workspace_binary};
+use leakscope_fixtures::testkit::{Churn, scratch};
 use serde_json::Value;
 
 const SESSIONS: u64 = 50;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("leakscope-report-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
 fn churn(url: &str, delete: bool) {
-    let count = SESSIONS.to_string();
-    let mut args = vec!["--url", url, "--count", &count, "--rate", "100"];
-    if delete {
-        args.push("--delete");
-    }
-    let status = Command::new(workspace_binary("churn").unwrap())
-        .args(&args)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    Churn::abandon(SESSIONS).delete(delete).run(url);
 }
 
 /// (summary.json, the fixture's own retained bytes per session)

@@ -6,9 +6,51 @@
 //! whose `kind` says which struct follows. They are `#[repr(C)]` with 8-byte
 //! aligned fields (the ring buffer wants 8-byte alignment) and no padding holes.
 //!
-//! Userspace turns these into the recording's events (`leakscope_probe::recording`);
+//! Userspace turns these into the recording's events (`leakscope_recording`);
 //! nothing else should depend on their layout.
 #![cfg_attr(target_arch = "bpf", no_std)]
+
+/// The names of the eBPF programs in the object (the functions of `src/main.rs`,
+/// whose names aya uses as program names). The loader's plan refers to programs
+/// only through these; a test of the probe checks that the built object has
+/// exactly these programs.
+pub mod program {
+    pub const MALLOC_ENTER: &str = "malloc_enter";
+    pub const CALLOC_ENTER: &str = "calloc_enter";
+    pub const REALLOC_ENTER: &str = "realloc_enter";
+    pub const RUST_REALLOC_ENTER: &str = "rust_realloc_enter";
+    pub const POSIX_MEMALIGN_ENTER: &str = "posix_memalign_enter";
+    pub const ALIGNED_ALLOC_ENTER: &str = "aligned_alloc_enter";
+    pub const MALLOC_EXIT: &str = "malloc_exit";
+    pub const REALLOC_EXIT: &str = "realloc_exit";
+    pub const POSIX_MEMALIGN_EXIT: &str = "posix_memalign_exit";
+    pub const FREE_ENTER: &str = "free_enter";
+    pub const SCOPE_ENTER: &str = "scope_enter";
+    pub const SCOPE_EXIT: &str = "scope_exit";
+    pub const NOOP_ENTER: &str = "noop_enter";
+    pub const NOOP_EXIT: &str = "noop_exit";
+
+    /// Every program of the object.
+    pub const ALL: [&str; 14] = [
+        MALLOC_ENTER,
+        CALLOC_ENTER,
+        REALLOC_ENTER,
+        RUST_REALLOC_ENTER,
+        POSIX_MEMALIGN_ENTER,
+        ALIGNED_ALLOC_ENTER,
+        MALLOC_EXIT,
+        REALLOC_EXIT,
+        POSIX_MEMALIGN_EXIT,
+        FREE_ENTER,
+        SCOPE_ENTER,
+        SCOPE_EXIT,
+        NOOP_ENTER,
+        NOOP_EXIT,
+    ];
+
+    /// Return probes (uretprobes) end in this.
+    pub const EXIT_SUFFIX: &str = "_exit";
+}
 
 /// Frames captured per allocation stack. 32 frames of a frame-pointer walk reach
 /// from the allocator's caller up through rmcp into tokio's task poll.
@@ -108,6 +150,26 @@ pub enum LostReason {
 
 /// Number of [`LostReason`] counters.
 pub const LOST_REASONS: u32 = 3;
+
+impl LostReason {
+    /// Every counter, in index order.
+    pub const ALL: [LostReason; LOST_REASONS as usize] = [
+        LostReason::RingFull,
+        LostReason::PendingFull,
+        LostReason::Stack,
+    ];
+}
+
+#[cfg(feature = "user")]
+impl From<LostReason> for leakscope_recording::LostReason {
+    fn from(reason: LostReason) -> Self {
+        match reason {
+            LostReason::RingFull => Self::RingFull,
+            LostReason::PendingFull => Self::PendingFull,
+            LostReason::Stack => Self::Stack,
+        }
+    }
+}
 
 /// Which allocation function a pending call (entry seen, return not yet) is.
 #[repr(u32)]

@@ -1,7 +1,8 @@
 //! `leakscope-probe attach`: attach to a running process, record until told to stop.
 //!
 //! Order of events: check privileges and the target, plan the probes, load and
-//! attach (then print `attached: pid=PID probes=N`, which scripts wait for), then
+//! attach (then report [`AttachEvent::Attached`]; the binary prints
+//! `attached: pid=PID probes=N`, which scripts wait for), then
 //! drain the ring buffer on a timer into the recording, flushing a frame every
 //! 100 ms so a kill loses at most that much. On Ctrl-C, SIGTERM, `--duration` or
 //! the target's exit: detach first (no new events), drain what is left, write the
@@ -12,19 +13,24 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leakscope_probe_ebpf::{LOST_REASONS, MAX_STACK_DEPTH};
+use leakscope_probe_ebpf::{LOST_REASONS, LostReason, MAX_STACK_DEPTH, program};
+use leakscope_recording::preset::Preset;
+use leakscope_recording::target::{Target, is_alive};
+use leakscope_recording::{
+    EndReason, Header, Producer, Record, RecordingWriter, Settings, monotonic_ns,
+};
 
 use crate::capture::{Capture, Stats};
 use crate::loader::{Loaded, load_and_attach};
 use crate::plan::{bare, make_plan};
-use crate::preset::Preset;
-use crate::recording::{
-    ClockOrigin, EndReason, Header, LostReason, Producer, Record, RecordingWriter, Settings,
-    monotonic_ns,
-};
 use crate::symbols::ElfSymbols;
-use crate::target::{Target, is_alive};
+
+/// How often the ring buffer is drained into the recording.
+const DRAIN_EVERY: Duration = Duration::from_millis(20);
+/// How often a frame is flushed to disk: a kill loses at most this much.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// How often drop counters, progress and the target's liveness are checked.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
 
 pub struct AttachOptions {
     pub pid: u32,
@@ -32,10 +38,19 @@ pub struct AttachOptions {
     pub duration: Option<Duration>,
     pub preset: Preset,
     pub ring_buffer_bytes: u32,
-    /// Draw the live status line (on a terminal).
-    pub status_line: bool,
     /// Attach no-op programs at the same points (benchmarks: the uprobe floor).
     pub bare: bool,
+}
+
+/// What [`attach`] reports while it runs; the caller decides what to show.
+#[derive(Debug)]
+pub enum AttachEvent<'a> {
+    /// Something the user should know (e.g. no lifecycle function was found).
+    Warning(String),
+    /// Every probe is in place: events are being recorded from now on.
+    Attached { pid: u32, probes: usize },
+    /// Twice a second while recording: the running figures and the event rate.
+    Progress { stats: &'a Stats, events_per_s: f64 },
 }
 
 /// What the run produced.
@@ -45,7 +60,13 @@ pub struct AttachOutcome {
     pub end: EndReason,
 }
 
-pub async fn attach(options: AttachOptions) -> Result<AttachOutcome> {
+/// Attaches to `options.pid`, records into `options.out` until stopped, and
+/// finishes the recording. `on_event` hears about warnings, the moment every
+/// probe is in place, and progress.
+pub async fn attach(
+    options: AttachOptions,
+    mut on_event: impl FnMut(AttachEvent<'_>),
+) -> Result<AttachOutcome> {
     check_privileges()?;
     let target = Target::inspect(options.pid)?;
     let exe = ElfSymbols::load(&target.host_path(&target.exe))
@@ -55,37 +76,38 @@ pub async fn attach(options: AttachOptions) -> Result<AttachOutcome> {
         plan = bare(plan);
     }
     if plan.scopes.is_empty() && !options.bare {
-        eprintln!(
-            "leakscope-probe: no {} lifecycle functions in {}; recording allocations only",
+        on_event(AttachEvent::Warning(format!(
+            "no {} lifecycle functions in {}; recording allocations only",
             options.preset.name, target.exe
-        );
+        )));
     }
     let mut notes = vec![];
-    if let Some(version) = exe.crate_version("rmcp") {
-        notes.push(format!("rmcp version: {version}"));
-    }
-    if let Some(p) = plan.probes.iter().find(|p| p.program == "free_enter") {
+    if let Some(p) = plan
+        .probes
+        .iter()
+        .find(|p| p.program == program::FREE_ENTER)
+    {
         notes.push(format!(
             "free probed at file offset {:#x} ({})",
             p.file_offset, p.function
         ));
     }
-    let header = Header {
-        producer: Producer::Ebpf,
-        producer_version: format!("leakscope-probe {}", env!("CARGO_PKG_VERSION")),
-        pid: target.pid,
-        exe: target.exe.clone(),
-        build_id: target.exe_build_id(),
-        clock: ClockOrigin::now(),
-        settings: Settings {
+    let mut header = Header::new(
+        Producer::Ebpf,
+        format!("leakscope-probe {}", env!("CARGO_PKG_VERSION")),
+        &target,
+        Settings {
             alloc_layer: plan.layer,
             alloc_layer_reason: plan.layer_reason.clone(),
             stack_depth: MAX_STACK_DEPTH as u32,
             preset: Some(options.preset.name.clone()),
             scope_probes: plan.scopes.clone(),
+            missing_scopes: plan.missing_scopes.clone(),
             notes,
         },
-    };
+    );
+    // The symbols are in memory already: no need to read the executable again.
+    header.rmcp_version = exe.crate_version("rmcp");
     let writer = RecordingWriter::create(&options.out, &header)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
     let mut capture = Capture::new(writer);
@@ -95,12 +117,12 @@ pub async fn attach(options: AttachOptions) -> Result<AttachOutcome> {
     capture.writer.flush()?;
 
     let mut loaded = load_and_attach(&plan, target.pid, options.ring_buffer_bytes)?;
-    println!("attached: pid={} probes={}", target.pid, loaded.attached);
-    std::io::stdout().flush()?;
+    on_event(AttachEvent::Attached {
+        pid: target.pid,
+        probes: loaded.attached,
+    });
 
-    let status = status_bar(options.status_line);
-    let end = record_until_stopped(&mut loaded, &mut capture, &options, &status).await?;
-    status.finish_and_clear();
+    let end = record_until_stopped(&mut loaded, &mut capture, &options, &mut on_event).await?;
 
     // Detach first so nothing new arrives, then take what is still buffered.
     let Loaded {
@@ -120,15 +142,6 @@ pub async fn attach(options: AttachOptions) -> Result<AttachOutcome> {
         ts: monotonic_ns(),
         reason: end,
     })?;
-    eprintln!(
-        "leakscope-probe: {} events ({} allocations, {} frees, {} lost) written to {} ({})",
-        stats.events,
-        stats.allocs,
-        stats.frees,
-        stats.lost,
-        options.out.display(),
-        end_text(end)
-    );
     Ok(AttachOutcome { stats, end })
 }
 
@@ -136,14 +149,14 @@ async fn record_until_stopped<W: Write>(
     loaded: &mut Loaded,
     capture: &mut Capture<W>,
     options: &AttachOptions,
-    status: &ProgressBar,
+    on_event: &mut impl FnMut(AttachEvent<'_>),
 ) -> Result<EndReason> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut drain = tokio::time::interval(Duration::from_millis(20));
-    let mut flush = tokio::time::interval(Duration::from_millis(100));
-    let mut slow = tokio::time::interval(Duration::from_millis(500));
+    let mut drain = tokio::time::interval(DRAIN_EVERY);
+    let mut flush = tokio::time::interval(FLUSH_EVERY);
+    let mut slow = tokio::time::interval(CHECK_EVERY);
     let deadline = options
         .duration
         .map(|d| tokio::time::Instant::now() + d)
@@ -166,7 +179,7 @@ async fn record_until_stopped<W: Write>(
                 let stats = capture.stats;
                 let rate = (stats.events - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), stats.events);
-                status.set_message(status_text(&stats, rate));
+                on_event(AttachEvent::Progress { stats: &stats, events_per_s: rate });
                 if !is_alive(options.pid) {
                     return Ok(EndReason::TargetExited);
                 }
@@ -181,12 +194,8 @@ fn write_lost<W: Write>(
     seen: &mut [u64; LOST_REASONS as usize],
     capture: &mut Capture<W>,
 ) -> Result<()> {
-    let reasons = [
-        LostReason::RingFull,
-        LostReason::PendingFull,
-        LostReason::Stack,
-    ];
-    for (index, reason) in reasons.into_iter().enumerate() {
+    for reason in LostReason::ALL {
+        let index = reason as usize;
         let total: u64 = lost.get(&(index as u32), 0)?.iter().sum();
         let delta = total.saturating_sub(seen[index]);
         if delta > 0 {
@@ -196,45 +205,12 @@ fn write_lost<W: Write>(
             }
             capture.writer.push(Record::Lost {
                 ts: monotonic_ns(),
-                reason,
+                reason: reason.into(),
                 count: delta,
             })?;
         }
     }
     Ok(())
-}
-
-fn status_bar(enabled: bool) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new_spinner();
-    bar.set_draw_target(ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed}] {msg}").expect("valid template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(250));
-    bar
-}
-
-fn status_text(stats: &Stats, rate: f64) -> String {
-    format!(
-        "{:.0} events/s | live {:.1} KiB tracked | sessions born {} ended {} | lost {}",
-        rate,
-        stats.live_bytes as f64 / 1024.0,
-        stats.sessions_born,
-        stats.workers_ended,
-        stats.lost
-    )
-}
-
-fn end_text(end: EndReason) -> &'static str {
-    match end {
-        EndReason::Interrupted => "stopped by signal",
-        EndReason::Duration => "duration elapsed",
-        EndReason::TargetExited => "target exited",
-        EndReason::Finished => "finished",
-    }
 }
 
 /// Root, or both CAP_BPF (39) and CAP_PERFMON (38) in the effective set.

@@ -1,8 +1,8 @@
 //! Turning ring-buffer records into recording events.
 //!
 //! The kernel side sends fixed-size `#[repr(C)]` records (see `leakscope-probe-ebpf`);
-//! here each becomes a [`Record`], stacks are deduplicated into [`Record::Stack`]s
-//! written before their first use, and a few running figures feed the status line.
+//! here each becomes a [`Record`] (the writer deduplicates stacks), and a few
+//! running figures feed the status line.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -12,7 +12,7 @@ use leakscope_probe_ebpf::{
     AllocRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER, RecordHeader, RecordKind, ScopeRecord,
 };
 
-use crate::recording::{Phase, Record, RecordingWriter, ScopeKind, StackId};
+use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId};
 
 /// Running figures for the live status line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -30,7 +30,6 @@ pub struct Stats {
 
 pub struct Capture<W: Write> {
     pub writer: RecordingWriter<W>,
-    stacks: HashMap<Vec<u64>, StackId>,
     /// Live blocks seen by this capture (addr -> size), for `live_bytes` only.
     live: HashMap<u64, u64>,
     pub stats: Stats,
@@ -40,7 +39,6 @@ impl<W: Write> Capture<W> {
     pub fn new(writer: RecordingWriter<W>) -> Self {
         Self {
             writer,
-            stacks: HashMap::new(),
             live: HashMap::new(),
             stats: Stats::default(),
         }
@@ -151,8 +149,7 @@ impl<W: Write> Capture<W> {
         })
     }
 
-    /// The id of this record's stack, writing a `Stack` record the first time.
-    /// Looks up by slice, so a known stack (the common case) costs no allocation.
+    /// The id of this record's stack (the writer writes a `Stack` record the first time).
     fn stack_id(&mut self, record: &AllocRecord) -> io::Result<Option<StackId>> {
         if record.stack_bytes <= 0 {
             return Ok(None);
@@ -162,19 +159,7 @@ impl<W: Write> Capture<W> {
         while let [rest @ .., 0] = frames {
             frames = rest;
         }
-        if frames.is_empty() {
-            return Ok(None);
-        }
-        if let Some(&id) = self.stacks.get(frames) {
-            return Ok(Some(id));
-        }
-        let id = self.stacks.len() as StackId;
-        self.stacks.insert(frames.to_vec(), id);
-        self.writer.push(Record::Stack {
-            id,
-            frames: frames.to_vec(),
-        })?;
-        Ok(Some(id))
+        self.writer.stack(frames)
     }
 }
 

@@ -1,13 +1,16 @@
 //! `leakscope-probe`: attach to a running process and record; print recordings.
+//! Argument handling and what to print; the work is in the library.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
-use leakscope_probe::attach::{AttachOptions, attach};
-use leakscope_probe::preset::Preset;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use leakscope_probe::attach::{AttachEvent, AttachOptions, attach};
+use leakscope_probe::capture::Stats;
+use leakscope_recording::preset::Preset;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -78,18 +81,69 @@ async fn run(cli: Cli) -> Result<()> {
                 Some(path) => Preset::load(&path)?,
                 None => Preset::builtin(),
             };
-            attach(AttachOptions {
-                pid,
-                out,
-                duration,
-                preset,
-                ring_buffer_bytes: ring_buffer_mib << 20,
-                status_line: std::io::stderr().is_terminal(),
-                bare,
-            })
-            .await?;
+            let status = status_bar(std::io::stderr().is_terminal());
+            let outcome = attach(
+                AttachOptions {
+                    pid,
+                    out: out.clone(),
+                    duration,
+                    preset,
+                    ring_buffer_bytes: ring_buffer_mib << 20,
+                    bare,
+                },
+                |event| match event {
+                    AttachEvent::Warning(text) => {
+                        status.suspend(|| eprintln!("leakscope-probe: warning: {text}"))
+                    }
+                    AttachEvent::Attached { pid, probes } => {
+                        println!("attached: pid={pid} probes={probes}");
+                        let _ = std::io::stdout().flush();
+                    }
+                    AttachEvent::Progress {
+                        stats,
+                        events_per_s,
+                    } => status.set_message(status_text(stats, events_per_s)),
+                },
+            )
+            .await;
+            status.finish_and_clear();
+            let outcome = outcome?;
+            let stats = outcome.stats;
+            eprintln!(
+                "leakscope-probe: {} events ({} allocations, {} frees, {} lost) written to {} ({})",
+                stats.events,
+                stats.allocs,
+                stats.frees,
+                stats.lost,
+                out.display(),
+                outcome.end.describe()
+            );
             Ok(())
         }
-        Command::Dump { file } => leakscope_probe::recording::dump(&file, std::io::stdout().lock()),
+        Command::Dump { file } => leakscope_recording::dump(&file, std::io::stdout().lock()),
     }
+}
+
+fn status_bar(enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_draw_target(ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {msg}").expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+fn status_text(stats: &Stats, rate: f64) -> String {
+    format!(
+        "{:.0} events/s | live {:.1} KiB tracked | sessions born {} ended {} | lost {}",
+        rate,
+        stats.live_bytes as f64 / 1024.0,
+        stats.sessions_born,
+        stats.workers_ended,
+        stats.lost
+    )
 }

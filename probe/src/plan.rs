@@ -12,17 +12,18 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use leakscope_probe_ebpf::program;
+use leakscope_recording::preset::Preset;
+use leakscope_recording::target::Target;
+use leakscope_recording::{AllocLayer, ScopeKind};
 
 use crate::attach_offset::entry_probe_offset;
-use crate::preset::Preset;
-use crate::recording::{AllocLayer, ScopeKind};
 use crate::symbols::{ElfSymbols, Function};
-use crate::target::Target;
 
 /// One uprobe or uretprobe to attach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
-    /// Name of the eBPF program (a function in `probe-ebpf/src/main.rs`).
+    /// Name of the eBPF program (one of `leakscope_probe_ebpf::program`).
     pub program: &'static str,
     /// The file to attach to (openable from here).
     pub path: PathBuf,
@@ -40,6 +41,8 @@ pub struct Plan {
     pub probes: Vec<Probe>,
     /// "kind: function" for each probed lifecycle function.
     pub scopes: Vec<String>,
+    /// Scope kinds the preset names that matched no function of the target.
+    pub missing_scopes: Vec<ScopeKind>,
 }
 
 impl Plan {
@@ -55,32 +58,44 @@ impl Plan {
 type AllocHook = (&'static str, &'static str, &'static str);
 
 const LIBC_HOOKS: &[AllocHook] = &[
-    ("malloc_enter", "malloc_exit", "malloc"),
-    ("calloc_enter", "malloc_exit", "calloc"),
-    ("realloc_enter", "realloc_exit", "realloc"),
+    (program::MALLOC_ENTER, program::MALLOC_EXIT, "malloc"),
+    (program::CALLOC_ENTER, program::MALLOC_EXIT, "calloc"),
+    (program::REALLOC_ENTER, program::REALLOC_EXIT, "realloc"),
     (
-        "posix_memalign_enter",
-        "posix_memalign_exit",
+        program::POSIX_MEMALIGN_ENTER,
+        program::POSIX_MEMALIGN_EXIT,
         "posix_memalign",
     ),
-    ("aligned_alloc_enter", "malloc_exit", "aligned_alloc"),
-    ("aligned_alloc_enter", "malloc_exit", "memalign"),
-    ("free_enter", "", "free"),
+    (
+        program::ALIGNED_ALLOC_ENTER,
+        program::MALLOC_EXIT,
+        "aligned_alloc",
+    ),
+    (
+        program::ALIGNED_ALLOC_ENTER,
+        program::MALLOC_EXIT,
+        "memalign",
+    ),
+    (program::FREE_ENTER, "", "free"),
 ];
 
 const RUST_HOOKS: &[AllocHook] = &[
-    ("malloc_enter", "malloc_exit", "__rustc::__rust_alloc"),
     (
-        "malloc_enter",
-        "malloc_exit",
+        program::MALLOC_ENTER,
+        program::MALLOC_EXIT,
+        "__rustc::__rust_alloc",
+    ),
+    (
+        program::MALLOC_ENTER,
+        program::MALLOC_EXIT,
         "__rustc::__rust_alloc_zeroed",
     ),
     (
-        "rust_realloc_enter",
-        "realloc_exit",
+        program::RUST_REALLOC_ENTER,
+        program::REALLOC_EXIT,
         "__rustc::__rust_realloc",
     ),
-    ("free_enter", "", "__rustc::__rust_dealloc"),
+    (program::FREE_ENTER, "", "__rustc::__rust_dealloc"),
 ];
 
 /// Replaces every program with a no-op at the same place and drops scope probes:
@@ -88,13 +103,14 @@ const RUST_HOOKS: &[AllocHook] = &[
 pub fn bare(mut plan: Plan) -> Plan {
     plan.probes.retain(|p| p.cookie.is_none());
     for probe in &mut plan.probes {
-        probe.program = if probe.program.ends_with("_exit") {
-            "noop_exit"
+        probe.program = if probe.program.ends_with(program::EXIT_SUFFIX) {
+            program::NOOP_EXIT
         } else {
-            "noop_enter"
+            program::NOOP_ENTER
         };
     }
     plan.scopes.clear();
+    plan.missing_scopes.clear();
     plan
 }
 
@@ -171,8 +187,8 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             probes.push(probe(exit, &alloc_path, function, 0, None));
         }
     }
-    if !probes.iter().any(|p| p.program == "free_enter")
-        || !probes.iter().any(|p| p.program == "malloc_exit")
+    if !probes.iter().any(|p| p.program == program::FREE_ENTER)
+        || !probes.iter().any(|p| p.program == program::MALLOC_EXIT)
     {
         bail!(
             "could not find the allocator's malloc and free in {}",
@@ -181,7 +197,9 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     }
 
     let mut scopes = Vec::new();
+    let mut missing_scopes: Vec<ScopeKind> = Vec::new();
     for rule in &preset.scopes {
+        let before = scopes.len();
         for pattern in &rule.patterns {
             for function in exe.matching(pattern) {
                 let cookie = Some(rule.kind as u64);
@@ -191,24 +209,34 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
                     entry_probe_offset(exe.code(function, 64), false)
                 };
                 probes.push(probe(
-                    "scope_enter",
+                    program::SCOPE_ENTER,
                     &exe_path,
                     function,
                     entry_offset,
                     cookie,
                 ));
                 if rule.returns {
-                    probes.push(probe("scope_exit", &exe_path, function, 0, cookie));
+                    probes.push(probe(program::SCOPE_EXIT, &exe_path, function, 0, cookie));
                 }
                 scopes.push(format!("{}: {}", rule.kind.name(), function.name));
             }
         }
+        if scopes.len() == before && !missing_scopes.contains(&rule.kind) {
+            missing_scopes.push(rule.kind);
+        }
     }
+    // A kind named by several rules is missing only if none of them matched.
+    missing_scopes.retain(|kind| {
+        !scopes
+            .iter()
+            .any(|s| s.starts_with(&format!("{}: ", kind.name())))
+    });
     Ok(Plan {
         layer,
         layer_reason: reason,
         probes,
         scopes,
+        missing_scopes,
     })
 }
 

@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use leakscope_recording::demangle;
+use leakscope_recording::target::hex;
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use wildmatch::WildMatch;
 
@@ -127,32 +129,10 @@ impl ElfSymbols {
         self.data.get(start..start + len).unwrap_or(&[])
     }
 
-    /// The version of crate `name` the binary was built from, read from the source
-    /// paths cargo leaves in it (`.../registry/src/.../rmcp-3.11.0/src/...`).
+    /// The version of crate `name` the binary was built from (see
+    /// [`leakscope_recording::target::crate_version`]).
     pub fn crate_version(&self, name: &str) -> Option<String> {
-        let needle = format!("/{name}-");
-        let bytes = needle.as_bytes();
-        let mut at = 0;
-        while let Some(pos) = self.data[at..]
-            .windows(bytes.len())
-            .position(|w| w == bytes)
-        {
-            let start = at + pos + bytes.len();
-            let version: String = self.data[start..]
-                .iter()
-                .take_while(|b| b.is_ascii_alphanumeric() || **b == b'.' || **b == b'-')
-                .map(|b| *b as char)
-                .collect();
-            let follows_slash = self.data.get(start + version.len()) == Some(&b'/');
-            if follows_slash
-                && version.starts_with(|c: char| c.is_ascii_digit())
-                && version.contains('.')
-            {
-                return Some(version);
-            }
-            at = start;
-        }
-        None
+        leakscope_recording::target::crate_version(&self.data, name)
     }
 
     pub fn has_function(&self, pattern: &str) -> bool {
@@ -167,30 +147,9 @@ fn file_offset_of(segments: &[Segment], vaddr: u64) -> Option<u64> {
         .map(|s| s.file_offset + (vaddr - s.vaddr))
 }
 
-/// rustc-demangle's alternate form (no hash); C names come back unchanged.
-pub fn demangle(raw: &str) -> String {
-    match rustc_demangle::try_demangle(raw) {
-        Ok(name) => format!("{name:#}"),
-        Err(_) => raw.split('@').next().unwrap_or(raw).to_owned(),
-    }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn demangles_rust_and_keeps_c_names() {
-        assert_eq!(demangle("malloc"), "malloc");
-        assert_eq!(
-            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE.llvm.1234"),
-            "core::ptr::drop_in_place"
-        );
-    }
 
     #[test]
     fn finds_functions_of_this_test_binary() {

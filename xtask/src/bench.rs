@@ -210,7 +210,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<Child> {
-    let mut command = Command::new(probe);
+    let mut command = crate::shell::privileged(probe);
     command
         .args(["attach", "--pid", &pid.to_string(), "--out"])
         .arg(out)

@@ -19,9 +19,9 @@ pub struct DemoArgs {
     /// The fixture's session keep-alive, in seconds.
     #[arg(long, default_value_t = 5)]
     keep_alive: u64,
-    /// Where the recording and the report go.
-    #[arg(long, default_value = "target/demo")]
-    out: std::path::PathBuf,
+    /// Where the recording and the report go (default: the target directory's `demo/`).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 /// What the fixture itself saw around one recorded churn.
@@ -52,7 +52,7 @@ pub fn record_churn(
     );
     let before = server.debug_sessions()?;
     println!("before churn:           {before:?}");
-    let mut probe = Command::new(probe)
+    let mut probe = crate::shell::privileged(probe)
         .args(["attach", "--pid", &server.pid().to_string(), "--out"])
         .arg(out)
         .stdout(Stdio::piped())
@@ -86,7 +86,10 @@ pub fn record_churn(
 pub fn run(args: &DemoArgs) -> Result<()> {
     let probe = crate::build_probe()?;
     let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
-    let out = workspace_root().join(&args.out);
+    let out = match &args.out {
+        Some(out) => workspace_root().join(out),
+        None => crate::shell::target_dir().join("demo"),
+    };
     std::fs::create_dir_all(&out)?;
     let recording = out.join("leaky.lsrec");
     let Recorded { before, after } = record_churn(

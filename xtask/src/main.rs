@@ -64,7 +64,7 @@ fn main() {
 pub fn build_probe() -> Result<std::path::PathBuf> {
     setup::ensure_prerequisites()?;
     shell::cargo(&["build", "--release", "-p", "leakscope-probe"])?;
-    Ok(shell::workspace_root().join("target/release/leakscope-probe"))
+    Ok(shell::target_dir().join("release/leakscope-probe"))
 }
 
 /// `cargo build --release` of some packages' binaries; returns `target/release`.
@@ -75,12 +75,12 @@ pub fn build_release_bins(packages: &[&str]) -> Result<std::path::PathBuf> {
     }
     args.push("--bins");
     shell::cargo(&args)?;
-    Ok(shell::workspace_root().join("target/release"))
+    Ok(shell::target_dir().join("release"))
 }
 
 fn attach(args: &[String]) -> Result<()> {
     let probe = build_probe()?;
-    let status = std::process::Command::new(probe)
+    let status = shell::privileged(&probe)
         .arg("attach")
         .args(args)
         .status()?;
@@ -107,7 +107,16 @@ fn test() -> Result<()> {
         "-D",
         "warnings",
     ])?;
-    shell::cargo(&["test", "--workspace", "--all-targets"])?;
+    setup::check_stable_only_crates()?;
+    let mut test = std::process::Command::new(shell::cargo_binary());
+    test.args(["test", "--workspace", "--all-targets"]);
+    if !shell::is_root() {
+        // The eBPF tests need root: run the test binaries through sudo, as
+        // aya-template runs its programs; everything is still built as the user.
+        println!("not root: test binaries run through `sudo -E` so the eBPF tests can attach");
+        test.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", "sudo -E");
+    }
+    shell::run(&mut test)?;
     setup::check_ebpf_object()?;
     println!("xtask test: all checks passed");
     Ok(())

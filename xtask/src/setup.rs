@@ -39,11 +39,69 @@ pub fn ensure_prerequisites() -> Result<()> {
     Ok(())
 }
 
+/// The crates a user builds without the eBPF toolchain: the analyzer (`leakscope
+/// report`) and the in-process mode (a dev-dependency of their server).
+const STABLE_ONLY: [&str; 2] = ["leakscope-analyzer", "leakscope-inproc"];
+
+/// Proves that [`STABLE_ONLY`] build with stable alone: neither depends on the
+/// probe or aya (`cargo tree`), and `cargo +stable build` of both succeeds with
+/// `bpf-linker` hidden from `PATH`.
+pub fn check_stable_only_crates() -> Result<()> {
+    let mut tree = Command::new(shell::cargo_binary());
+    tree.args(["tree", "--edges", "normal,build", "--prefix", "none"]);
+    for package in STABLE_ONLY {
+        tree.args(["-p", package]);
+    }
+    let tree = output(tree.current_dir(workspace_root()))?;
+    for forbidden in [
+        "leakscope-probe ",
+        "leakscope-probe-ebpf ",
+        "aya ",
+        "aya-build ",
+    ] {
+        if tree.lines().any(|line| line.starts_with(forbidden)) {
+            bail!(
+                "{} depend on {}: they must build without the eBPF toolchain",
+                STABLE_ONLY.join(" and "),
+                forbidden.trim()
+            );
+        }
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let without_linker = std::env::join_paths(
+        std::env::split_paths(&path).filter(|dir| !dir.join("bpf-linker").exists()),
+    )
+    .context("PATH")?;
+    // Look rustup up on the full PATH: the child's PATH may not have it.
+    let rustup = std::env::split_paths(&path)
+        .map(|dir| dir.join("rustup"))
+        .find(|candidate| candidate.is_file())
+        .context("rustup is not on PATH")?;
+    let mut build = Command::new(rustup);
+    build
+        .args(["run", "stable", "cargo", "build"])
+        .env("PATH", without_linker)
+        // rustup's proxies pick the toolchain from these; let `rustup run` decide.
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC");
+    for package in STABLE_ONLY {
+        build.args(["-p", package]);
+    }
+    run(&mut build)?;
+    println!(
+        "{} build with stable and no bpf-linker",
+        STABLE_ONLY.join(" and ")
+    );
+    Ok(())
+}
+
 /// Fails unless a BPF ELF object of the probe exists in the build tree.
 pub fn check_ebpf_object() -> Result<()> {
-    let build_dirs = ["target/debug/build", "target/release/build"];
+    let target = shell::target_dir();
+    let build_dirs = [target.join("debug/build"), target.join("release/build")];
     for dir in build_dirs {
-        let Ok(entries) = std::fs::read_dir(workspace_root().join(dir)) else {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for entry in entries.flatten() {

@@ -13,6 +13,41 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where cargo builds: `$CARGO_TARGET_DIR` (relative to the workspace root when
+/// relative) or `target/`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace_root().join(dir),
+        _ => workspace_root().join("target"),
+    }
+}
+
+/// True when this process runs as root.
+pub fn is_root() -> bool {
+    unsafe extern "C" {
+        fn geteuid() -> u32;
+    }
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+/// A command that runs `program` with the privileges eBPF needs: as it is when we
+/// are root, else through `sudo -E` (aya-template's runner does the same). Only
+/// the probe is raised; everything is built as the calling user.
+pub fn privileged(program: &std::path::Path) -> Command {
+    if is_root() {
+        Command::new(program)
+    } else {
+        eprintln!(
+            "(running {} with sudo -E: eBPF needs root)",
+            program.display()
+        );
+        let mut command = Command::new("sudo");
+        command.arg("-E").arg(program);
+        command
+    }
+}
+
 /// `cargo ARGS` in the workspace root; fails when cargo does.
 pub fn cargo(args: &[&str]) -> Result<()> {
     run(Command::new(cargo_binary()).args(args))

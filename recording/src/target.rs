@@ -1,12 +1,12 @@
-//! The process we attach to: its executable, its executable mappings, its libc.
+//! The process a producer records: its executable, its executable mappings (with
+//! build-ids, so stacks can be symbolized later or elsewhere), its libc.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::recording::Mapping;
-use crate::symbols::hex;
+use crate::Mapping;
 
 pub struct Target {
     pub pid: u32,
@@ -58,6 +58,12 @@ impl Target {
         host_path(self.pid, path)
     }
 
+    /// The version of crate `name` the executable was built from (see [`crate_version`]).
+    pub fn crate_version(&self, name: &str) -> Option<String> {
+        let data = std::fs::read(self.host_path(&self.exe)).ok()?;
+        crate_version(&data, name)
+    }
+
     pub fn exe_build_id(&self) -> Option<String> {
         self.mappings
             .iter()
@@ -106,6 +112,36 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         path,
         build_id: None,
     })
+}
+
+/// The version of crate `name` a binary was built from, read from the source
+/// paths cargo leaves in it (`.../registry/src/.../rmcp-3.11.0/src/...`).
+pub fn crate_version(data: &[u8], name: &str) -> Option<String> {
+    let needle = format!("/{name}-");
+    let bytes = needle.as_bytes();
+    let mut at = 0;
+    while let Some(pos) = data[at..].windows(bytes.len()).position(|w| w == bytes) {
+        let start = at + pos + bytes.len();
+        let version: String = data[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'.' || **b == b'-')
+            .map(|b| *b as char)
+            .collect();
+        let follows_slash = data.get(start + version.len()) == Some(&b'/');
+        if follows_slash
+            && version.starts_with(|c: char| c.is_ascii_digit())
+            && version.contains('.')
+        {
+            return Some(version);
+        }
+        at = start;
+    }
+    None
+}
+
+/// Lowercase hex of `bytes` (build-ids).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read_build_id(path: &Path) -> Option<String> {

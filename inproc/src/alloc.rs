@@ -4,7 +4,7 @@ use std::alloc::{GlobalAlloc, Layout};
 
 use super::recorder::{RawKind, record_memory, untracked};
 
-/// `#[global_allocator] static ALLOC: leakscope_probe::inproc::Alloc = leakscope_probe::inproc::Alloc;`
+/// `#[global_allocator] static ALLOC: leakscope_inproc::Alloc = leakscope_inproc::Alloc;`
 ///
 /// Delegates to `dhat::Alloc` (so dhat's profiles and `dhat::HeapStats` keep
 /// working) and records each call while a [`Recorder`](super::Recorder) runs.

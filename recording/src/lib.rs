@@ -1,4 +1,14 @@
-//! The recording: one file format for every producer (eBPF probe, in-process mode).
+//! leakscope's recording: one file format for every producer (the eBPF probe,
+//! the in-process mode) and the analyzer. This crate is the contract between them
+//! (like `console-api` between tokio-console's recorder and viewer): nobody else
+//! declares these types. It needs no aya, no build script and no nightly.
+//!
+//! * [`event`](Header): what a recording says: its [`Header`] and its [`Record`]s.
+//! * [`RecordingWriter`]: appends framed, checksummed batches, deduplicating stacks.
+//! * [`RecordingReader`]: reads them back, tolerating a torn tail.
+//! * [`target`]: what a producer learns about the process it records (mappings, build-ids).
+//! * [`preset`]: which functions and spans of a target mark a session's lifecycle.
+//! * [`demangle`]: the one way names are demangled, so presets and rules match alike.
 //!
 //! ```text
 //! file   = MAGIC (8 bytes) | format version (u32 LE) | frame(Header) | frame(Vec<Record>)*
@@ -10,10 +20,15 @@
 //! The format version sits outside the frames so a reader can refuse a newer file
 //! before decoding anything. `docs/recording-format.md` is the reference.
 
+mod demangle;
 mod event;
+mod legacy;
+pub mod preset;
 mod reader;
+pub mod target;
 mod writer;
 
+pub use demangle::demangle;
 pub use event::{
     AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
     ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
@@ -25,7 +40,14 @@ pub use writer::RecordingWriter;
 pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 
 /// Bumped on any incompatible change of the framing or of [`Header`]/[`Record`].
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// * 1: the first format.
+/// * 2: [`Header::rmcp_version`] (was a `rmcp version: X` note) and
+///   [`Settings::missing_scopes`]. Version 1 files still read (see `legacy`).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this reader still reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// A frame longer than this is corruption, not data (writers flush far earlier).
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;

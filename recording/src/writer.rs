@@ -1,10 +1,11 @@
 //! Appending frames to a recording.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use super::{FORMAT_VERSION, Header, MAGIC, Record};
+use super::{FORMAT_VERSION, Header, MAGIC, Record, StackId};
 
 /// Records per frame at most; a frame is also cut by every [`RecordingWriter::flush`].
 const FRAME_RECORDS: usize = 8192;
@@ -15,10 +16,14 @@ const FRAME_RECORDS: usize = 8192;
 /// (call it regularly: what is not flushed is lost if the process dies) or when
 /// [`FRAME_RECORDS`] are pending. Each frame is one `write_all` followed by a flush
 /// of the underlying writer, so a kill leaves at most one torn frame at the end.
+///
+/// Stacks are deduplicated here, for every producer: [`stack`](Self::stack) gives
+/// each distinct stack one id and writes its [`Record::Stack`] before its first use.
 pub struct RecordingWriter<W: Write = BufWriter<File>> {
     out: W,
     pending: Vec<Record>,
     frames: u64,
+    stacks: HashMap<Vec<u64>, StackId>,
 }
 
 impl RecordingWriter<BufWriter<File>> {
@@ -40,7 +45,32 @@ impl<W: Write> RecordingWriter<W> {
             out,
             pending: Vec::with_capacity(FRAME_RECORDS),
             frames: 0,
+            stacks: HashMap::new(),
         })
+    }
+
+    /// The id of the stack `frames` (return addresses, innermost first), writing a
+    /// [`Record::Stack`] the first time it is seen; `None` for an empty stack.
+    /// Looks up by slice, so a known stack (the common case) costs no allocation.
+    pub fn stack(&mut self, frames: &[u64]) -> io::Result<Option<StackId>> {
+        if frames.is_empty() {
+            return Ok(None);
+        }
+        if let Some(&id) = self.stacks.get(frames) {
+            return Ok(Some(id));
+        }
+        let id = self.stacks.len() as StackId;
+        self.stacks.insert(frames.to_vec(), id);
+        self.push(Record::Stack {
+            id,
+            frames: frames.to_vec(),
+        })?;
+        Ok(Some(id))
+    }
+
+    /// Distinct stacks written so far.
+    pub fn stacks(&self) -> usize {
+        self.stacks.len()
     }
 
     pub fn push(&mut self, record: Record) -> io::Result<()> {

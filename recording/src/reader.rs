@@ -4,7 +4,8 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, Record};
+use super::legacy::HeaderV1;
+use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, OLDEST_FORMAT_VERSION, Record};
 
 /// Why a file cannot be read as a recording at all.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,10 @@ pub enum ReadError {
         "{path} is a recording of format version {found}, newer than this leakscope reads ({FORMAT_VERSION}); upgrade leakscope"
     )]
     NewerVersion { path: PathBuf, found: u32 },
+    #[error(
+        "{path} is a recording of format version {found}, older than any this leakscope reads ({OLDEST_FORMAT_VERSION}..={FORMAT_VERSION})"
+    )]
+    OlderVersion { path: PathBuf, found: u32 },
     #[error("{path} is truncated before the end of its header: nothing to read")]
     TruncatedHeader { path: PathBuf },
     #[error("{path} has a corrupt header: {reason}")]
@@ -37,6 +42,8 @@ pub enum Tail {
 pub struct RecordingReader<R: Read = BufReader<File>> {
     input: R,
     header: Header,
+    /// The format version the file was written in.
+    version: u32,
     batch: std::vec::IntoIter<Record>,
     offset: u64,
     tail: Option<Tail>,
@@ -84,10 +91,16 @@ impl<R: Read> RecordingReader<R> {
                 found,
             });
         }
+        if found < OLDEST_FORMAT_VERSION {
+            return Err(ReadError::OlderVersion {
+                path: path.to_owned(),
+                found,
+            });
+        }
         let mut offset = start.len() as u64;
         let header = match read_frame(&mut input, &mut offset).map_err(io_error)? {
             Frame::Payload(bytes) => {
-                postcard::from_bytes(&bytes).map_err(|e| ReadError::BadHeader {
+                decode_header(&bytes, found).map_err(|e| ReadError::BadHeader {
                     path: path.to_owned(),
                     reason: e.to_string(),
                 })?
@@ -101,6 +114,7 @@ impl<R: Read> RecordingReader<R> {
         Ok(Self {
             input,
             header,
+            version: found,
             batch: Vec::new().into_iter(),
             offset,
             tail: None,
@@ -109,6 +123,11 @@ impl<R: Read> RecordingReader<R> {
 
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The format version the file was written in (older ones are read as today's).
+    pub fn format_version(&self) -> u32 {
+        self.version
     }
 
     /// `None` until the last record has been returned.
@@ -169,6 +188,14 @@ impl<R: Read> Iterator for RecordingReader<R> {
             }
         }
     }
+}
+
+/// The header frame of a recording of format `version`, as today's [`Header`].
+fn decode_header(bytes: &[u8], version: u32) -> Result<Header, postcard::Error> {
+    if version == 1 {
+        return postcard::from_bytes::<HeaderV1>(bytes).map(Header::from);
+    }
+    postcard::from_bytes(bytes)
 }
 
 /// Reads one frame; `offset` advances past it only when it is complete and valid.

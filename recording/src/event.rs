@@ -82,6 +82,9 @@ pub struct Settings {
     pub preset: Option<String>,
     /// Lifecycle functions found and probed, as "kind: demangled name" lines.
     pub scope_probes: Vec<String>,
+    /// Lifecycle scopes the preset names that matched nothing in the target: the
+    /// signals a report must say it did not have.
+    pub missing_scopes: Vec<ScopeKind>,
     /// Anything else worth knowing, as "key: value" lines.
     pub notes: Vec<String>,
 }
@@ -97,7 +100,32 @@ pub struct Header {
     /// GNU build-id of the executable, hex.
     pub build_id: Option<String>,
     pub clock: ClockOrigin,
+    /// The `rmcp` release the target was built with, read from the source paths
+    /// cargo leaves in the binary; `None` when it does not say (or uses no rmcp).
+    pub rmcp_version: Option<String>,
     pub settings: Settings,
+}
+
+impl Header {
+    /// The header of a recording of `target` that starts now. `producer_version`
+    /// names the producing tool for reports (e.g. `leakscope-probe 0.1.0`).
+    pub fn new(
+        producer: Producer,
+        producer_version: String,
+        target: &crate::target::Target,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            producer,
+            producer_version,
+            pid: target.pid,
+            exe: target.exe.clone(),
+            build_id: target.exe_build_id(),
+            clock: ClockOrigin::now(),
+            rmcp_version: target.crate_version("rmcp"),
+            settings,
+        }
+    }
 }
 
 /// The rmcp lifecycle functions a [`Record::Scope`] can be about.
@@ -206,6 +234,18 @@ pub enum EndReason {
     TargetExited,
     /// The in-process recorder was dropped (program end).
     Finished,
+}
+
+impl EndReason {
+    /// In words, for messages and reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            EndReason::Interrupted => "stopped by signal",
+            EndReason::Duration => "duration elapsed",
+            EndReason::TargetExited => "target exited",
+            EndReason::Finished => "finished",
+        }
+    }
 }
 
 /// One event of a recording.

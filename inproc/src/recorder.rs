@@ -2,7 +2,6 @@
 //! the session layer, drained by a background writer into a recording.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -11,12 +10,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::stack::{DEPTH, walk};
-use crate::recording::{
-    AllocLayer, ClockOrigin, EndReason, Header, LostReason, Phase, Producer, Record,
-    RecordingWriter, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
+use leakscope_recording::target::Target;
+use leakscope_recording::{
+    AllocLayer, EndReason, Header, LostReason, Phase, Producer, Record, RecordingWriter, ScopeKind,
+    SessionFact, Settings, monotonic_ns,
 };
-use crate::target::Target;
+
+use super::stack::{DEPTH, walk};
 
 /// Events the buffer holds between two drains (~10 ms apart). Each is ~240 B.
 const BUFFER_EVENTS: usize = 1 << 16;
@@ -173,22 +173,27 @@ impl Recorder {
             bail!("an in-process recording is already running");
         }
         let target = Target::inspect(std::process::id())?;
-        let header = Header {
-            producer: Producer::InProcess,
-            producer_version: format!("leakscope-probe {} (in-process)", env!("CARGO_PKG_VERSION")),
-            pid: target.pid,
-            exe: target.exe.clone(),
-            build_id: target.exe_build_id(),
-            clock: ClockOrigin::now(),
-            settings: Settings {
+        let preset = leakscope_recording::preset::Preset::builtin();
+        let spans = preset
+            .spans
+            .iter()
+            .map(|s| format!("`{}` ({})", s.name, s.id_field))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let header = Header::new(
+            Producer::InProcess,
+            format!("leakscope-inproc {}", env!("CARGO_PKG_VERSION")),
+            &target,
+            Settings {
                 alloc_layer: AllocLayer::GlobalAllocator,
-                alloc_layer_reason: "the program's #[global_allocator] is leakscope_probe::inproc::Alloc (wrapping dhat::Alloc): every Rust allocation, no C ones".into(),
+                alloc_layer_reason: "the program's #[global_allocator] is leakscope_inproc::Alloc (wrapping dhat::Alloc): every Rust allocation, no C ones".into(),
                 stack_depth: DEPTH as u32,
-                preset: None,
-                scope_probes: vec!["session-span: tracing spans `mcp_session` (session_id) and `streamable_http_session` (id)".into()],
+                preset: Some(preset.name.clone()),
+                scope_probes: vec![format!("session-span: tracing spans {spans}")],
+                missing_scopes: vec![],
                 notes: vec![],
             },
-        };
+        );
         let mut writer = RecordingWriter::create(&path, &header)
             .with_context(|| format!("cannot create {}", path.display()))?;
         for mapping in target.mappings {
@@ -286,7 +291,6 @@ fn write_loop(
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     let _ = IN_RECORDER.try_with(|flag| flag.set(true));
-    let mut stacks: HashMap<Vec<u64>, StackId> = HashMap::new();
     let mut lost_seen = 0;
     loop {
         let stopping = stop.load(Ordering::SeqCst);
@@ -295,7 +299,7 @@ fn write_loop(
             std::mem::swap(&mut *buffer, &mut spare);
         }
         for raw in spare.drain(..) {
-            convert(&raw, shared, &mut stacks, &mut writer)?;
+            convert(&raw, shared, &mut writer)?;
         }
         let lost = shared.lost.load(Ordering::Relaxed);
         if lost > lost_seen {
@@ -319,36 +323,16 @@ fn write_loop(
     Ok(())
 }
 
-fn convert(
-    raw: &RawEvent,
-    shared: &Shared,
-    stacks: &mut HashMap<Vec<u64>, StackId>,
-    writer: &mut RecordingWriter,
-) -> std::io::Result<()> {
+fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std::io::Result<()> {
     let (ts, tid) = (raw.ts, raw.tid);
-    let mut stack = || -> std::io::Result<Option<StackId>> {
-        let frames = &raw.frames[..raw.depth as usize];
-        if frames.is_empty() {
-            return Ok(None);
-        }
-        if let Some(id) = stacks.get(frames) {
-            return Ok(Some(*id));
-        }
-        let id = stacks.len() as StackId;
-        stacks.insert(frames.to_vec(), id);
-        writer.push(Record::Stack {
-            id,
-            frames: frames.to_vec(),
-        })?;
-        Ok(Some(id))
-    };
+    let frames = &raw.frames[..raw.depth as usize];
     let record = match raw.kind {
         RawKind::Alloc => Record::Alloc {
             ts,
             tid,
             addr: raw.addr,
             size: raw.size,
-            stack: stack()?,
+            stack: writer.stack(frames)?,
         },
         RawKind::Realloc => Record::Realloc {
             ts,
@@ -356,7 +340,7 @@ fn convert(
             old: raw.old,
             new: raw.addr,
             size: raw.size,
-            stack: stack()?,
+            stack: writer.stack(frames)?,
         },
         RawKind::Free => Record::Free {
             ts,

@@ -1,5 +1,6 @@
 //! The `tracing` layer that tells the recorder which session a thread works for.
 
+use leakscope_recording::preset::{Preset, SpanRule};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Subscriber, field::Field, field::Visit};
 use tracing_subscriber::Layer;
@@ -7,15 +8,6 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::recorder::{RawKind, record_scope, record_session_id};
-
-/// Spans that mark session work, and the field holding the session id:
-/// the application's `mcp_session` span, and rmcp's worker span.
-const SESSION_SPANS: &[(&str, &str)] = &[
-    ("mcp_session", "session_id"),
-    ("streamable_http_session", "id"),
-];
-/// rmcp's worker span: its close is the session worker's end.
-const WORKER_SPAN: &str = "streamable_http_session";
 
 /// Per-span state kept in the registry's extensions.
 ///
@@ -30,9 +22,38 @@ struct SessionSpan {
     named: bool,
 }
 
-/// Records entering and leaving session spans; see the module docs.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SessionLayer;
+/// Records entering and leaving session spans; see the crate docs.
+///
+/// Which spans mark session work, which field holds the session id, and which
+/// span's close is the worker's end come from a preset's `[[span]]` entries
+/// (`SessionLayer::default()`: the built-in rmcp preset).
+#[derive(Debug, Clone)]
+pub struct SessionLayer {
+    spans: Vec<SpanRule>,
+}
+
+impl Default for SessionLayer {
+    fn default() -> Self {
+        Self::from_preset(&Preset::builtin())
+    }
+}
+
+impl SessionLayer {
+    /// A layer following `preset`'s spans.
+    pub fn from_preset(preset: &Preset) -> Self {
+        Self {
+            spans: preset.spans.clone(),
+        }
+    }
+
+    fn rule(&self, span_name: &str) -> Option<&SpanRule> {
+        self.spans.iter().find(|s| s.name == span_name)
+    }
+
+    fn id_field(&self, span_name: &str) -> Option<&str> {
+        self.rule(span_name).map(|r| r.id_field.as_str())
+    }
+}
 
 struct IdVisitor<'a> {
     field: &'a str,
@@ -53,16 +74,9 @@ impl Visit for IdVisitor<'_> {
     }
 }
 
-fn id_field(name: &str) -> Option<&'static str> {
-    SESSION_SPANS
-        .iter()
-        .find(|(span, _)| *span == name)
-        .map(|(_, field)| *field)
-}
-
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let Some(field) = id_field(attrs.metadata().name()) else {
+        let Some(field) = self.id_field(attrs.metadata().name()) else {
             return;
         };
         let mut visitor = IdVisitor { field, id: None };
@@ -80,7 +94,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let Some(field) = id_field(span.name()) else {
+        let Some(field) = self.id_field(span.name()) else {
             return;
         };
         let mut visitor = IdVisitor { field, id: None };
@@ -131,7 +145,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if let Some(span) = ctx.span(&id)
-            && span.name() == WORKER_SPAN
+            && self.rule(span.name()).is_some_and(|r| r.worker)
         {
             record_scope(RawKind::WorkerEnd, id.into_u64());
         }

@@ -1,0 +1,264 @@
+//! Accounting over time: live and reclaimed bytes per category and per session.
+//!
+//! Every block is charged, at allocation, to a category (from its stack) and to
+//! the session that owns it (if any). After a session's worker ends, its blocks
+//! freed within `grace` are **transient**; blocks still live at the end of the
+//! recording, with the worker gone for longer than `grace`, are **retained**: the
+//! leak signal. Live bytes per category are sampled every [`SAMPLE_INTERVAL_NS`].
+//! Memory is O(live blocks + sessions + samples).
+
+use std::collections::HashMap;
+
+use leakscope_recording::StackId;
+
+use crate::attribute::{Category, PerCategory};
+use crate::sessions::{SessionKey, SessionTracker};
+
+/// Live bytes are sampled this often (recording time) for charts and traces.
+pub const SAMPLE_INTERVAL_NS: u64 = 100_000_000;
+
+/// Bytes of one session (or one key before merged keys are folded together).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionBytes {
+    pub allocated: u64,
+    pub reclaimed: u64,
+    /// Freed within the grace period after the worker ended.
+    pub transient: u64,
+    /// Still live at the end, worker gone for longer than the grace period.
+    pub retained: u64,
+    /// Still live at the end (retained or not).
+    pub live_at_end: u64,
+}
+
+impl std::ops::AddAssign for SessionBytes {
+    fn add_assign(&mut self, other: Self) {
+        self.allocated += other.allocated;
+        self.reclaimed += other.reclaimed;
+        self.transient += other.transient;
+        self.retained += other.retained;
+        self.live_at_end += other.live_at_end;
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CategoryTotals {
+    pub allocated: u64,
+    pub reclaimed: u64,
+    pub live_at_end: u64,
+    /// Live at the end and belonging to a session whose worker is gone.
+    pub retained: u64,
+}
+
+/// Live bytes at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub t_s: f64,
+    pub live: PerCategory<u64>,
+    pub reclaimed_total: u64,
+}
+
+/// A block allocated and not (yet) freed.
+#[derive(Debug, Clone, Copy)]
+pub struct Block {
+    pub size: u64,
+    pub category: Category,
+    pub stack: Option<StackId>,
+    pub session: Option<SessionKey>,
+}
+
+pub struct Accounting {
+    grace_ns: u64,
+    live: HashMap<u64, Block>,
+    categories: PerCategory<CategoryTotals>,
+    live_by_category: PerCategory<u64>,
+    reclaimed_total: u64,
+    sessions: Vec<SessionBytes>,
+    sampler: Sampler,
+    pub allocs: u64,
+    pub frees: u64,
+}
+
+/// What the accounting knows at the end of the recording.
+pub struct Totals {
+    pub categories: PerCategory<CategoryTotals>,
+    /// Per session key (fold merged keys before use).
+    pub sessions: Vec<SessionBytes>,
+    pub samples: Vec<Sample>,
+    /// Blocks live at the end, with whether their session's worker is gone.
+    pub live: Vec<(Block, bool)>,
+    pub allocs: u64,
+    pub frees: u64,
+}
+
+impl Accounting {
+    pub fn new(grace_ns: u64, sample_every_ns: u64) -> Self {
+        Self {
+            grace_ns,
+            live: HashMap::new(),
+            categories: PerCategory::default(),
+            live_by_category: PerCategory::default(),
+            reclaimed_total: 0,
+            sessions: Vec::new(),
+            sampler: Sampler::new(sample_every_ns),
+            allocs: 0,
+            frees: 0,
+        }
+    }
+
+    /// Time passes: take the samples due before `ts`.
+    pub fn tick(&mut self, ts: u64) {
+        self.sampler
+            .tick(ts, self.live_by_category, self.reclaimed_total);
+    }
+
+    fn session(&mut self, key: SessionKey) -> &mut SessionBytes {
+        let index = key as usize;
+        if self.sessions.len() <= index {
+            self.sessions.resize(index + 1, SessionBytes::default());
+        }
+        &mut self.sessions[index]
+    }
+
+    pub fn alloc(&mut self, addr: u64, block: Block) {
+        self.allocs += 1;
+        if let Some(key) = block.session {
+            self.session(key).allocated += block.size;
+        }
+        if let Some(old) = self.live.insert(addr, block) {
+            // A block we never saw freed (lost record): forget it.
+            self.live_by_category[old.category] -= old.size;
+        }
+        self.categories[block.category].allocated += block.size;
+        self.live_by_category[block.category] += block.size;
+    }
+
+    /// The block at `addr` was freed at `ts`; returns it if it was live.
+    pub fn free(&mut self, ts: u64, addr: u64, sessions: &SessionTracker) -> Option<Block> {
+        let block = self.live.remove(&addr)?;
+        self.frees += 1;
+        self.live_by_category[block.category] -= block.size;
+        self.categories[block.category].reclaimed += block.size;
+        self.reclaimed_total += block.size;
+        if let Some(key) = block.session.map(|s| sessions.resolve(s)) {
+            let grace_ns = self.grace_ns;
+            let worker_end = sessions.worker_end_ns(key);
+            let session = self.session(key);
+            session.reclaimed += block.size;
+            if worker_end.is_some_and(|end| ts <= end + grace_ns) {
+                session.transient += block.size;
+            }
+        }
+        Some(block)
+    }
+
+    /// Closes the books at `end_ns`: what is live then, and what of it is retained.
+    pub fn finish(mut self, end_ns: u64, sessions: &SessionTracker) -> Totals {
+        self.tick(end_ns);
+        let mut live = Vec::with_capacity(self.live.len());
+        for mut block in self.live.into_values() {
+            block.session = block.session.map(|s| sessions.resolve(s));
+            let worker_gone = block
+                .session
+                .and_then(|s| sessions.worker_end_ns(s))
+                .is_some_and(|end| end + self.grace_ns <= end_ns);
+            let totals = &mut self.categories[block.category];
+            totals.live_at_end += block.size;
+            if worker_gone {
+                totals.retained += block.size;
+            }
+            if let Some(key) = block.session {
+                let index = key as usize;
+                if self.sessions.len() <= index {
+                    self.sessions.resize(index + 1, SessionBytes::default());
+                }
+                let session = &mut self.sessions[index];
+                session.live_at_end += block.size;
+                if worker_gone {
+                    session.retained += block.size;
+                }
+            }
+            live.push((block, worker_gone));
+        }
+        Totals {
+            categories: self.categories,
+            sessions: self.sessions,
+            samples: self.sampler.samples,
+            live,
+            allocs: self.allocs,
+            frees: self.frees,
+        }
+    }
+}
+
+/// Takes a [`Sample`] every `every_ns` of recording time.
+struct Sampler {
+    every_ns: u64,
+    start_ns: Option<u64>,
+    next_ns: u64,
+    samples: Vec<Sample>,
+}
+
+impl Sampler {
+    fn new(every_ns: u64) -> Self {
+        Self {
+            every_ns: every_ns.max(1),
+            start_ns: None,
+            next_ns: 0,
+            samples: Vec::new(),
+        }
+    }
+
+    fn tick(&mut self, ts: u64, live: PerCategory<u64>, reclaimed_total: u64) {
+        let start = *self.start_ns.get_or_insert(ts);
+        if self.next_ns == 0 {
+            self.next_ns = ts;
+        }
+        while ts >= self.next_ns {
+            self.samples.push(Sample {
+                t_s: (self.next_ns - start) as f64 / 1e9,
+                live,
+                reclaimed_total,
+            });
+            self.next_ns += self.every_ns;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leakscope_recording::{Phase, ScopeKind};
+
+    fn block(size: u64, session: Option<SessionKey>) -> Block {
+        Block {
+            size,
+            category: Category::Other,
+            stack: None,
+            session,
+        }
+    }
+
+    #[test]
+    fn frees_after_the_workers_end_are_transient_within_grace_and_the_rest_retained() {
+        let s = 1_000_000_000;
+        let mut sessions = SessionTracker::default();
+        sessions.scope(0, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+        let key = sessions.alloc(1, 0x1000, 100);
+        let mut books = Accounting::new(s, s);
+        books.tick(0);
+        books.alloc(0x1000, block(100, key));
+        books.alloc(0x2000, block(40, key));
+        books.alloc(0x3000, block(7, None));
+        sessions.scope(2 * s, 1, ScopeKind::WorkerDrop, Phase::Enter, 0x1000);
+        books.tick(2 * s);
+        books.free(2 * s + 1, 0x2000, &sessions);
+        let totals = books.finish(10 * s, &sessions);
+        let bytes = totals.sessions[0];
+        assert_eq!(bytes.allocated, 140);
+        assert_eq!(bytes.transient, 40);
+        assert_eq!(bytes.retained, 100);
+        assert_eq!(totals.categories[Category::Other].live_at_end, 107);
+        assert_eq!(totals.samples.len(), 11, "one per second from 0 to 10 s");
+        assert_eq!(totals.samples[1].live[Category::Other], 147);
+    }
+}

@@ -1,0 +1,63 @@
+//! leakscope's in-process mode: a `dhat`-backed global allocator that writes the
+//! same recordings as the eBPF probe, for heap-profile test builds. No root, no
+//! eBPF, stable Rust: add it as a dev-dependency (`cargo add --dev leakscope-inproc`,
+//! plus `dhat` and `tracing-subscriber` if your test uses them directly).
+//!
+//! # Use
+//! The three lines a heap-profile test adds (one test per file: dhat allows one
+//! profiler per process):
+//!
+//! ```no_run
+//! # use tracing_subscriber::layer::SubscriberExt;
+//! #[global_allocator]
+//! static ALLOC: leakscope_inproc::Alloc = leakscope_inproc::Alloc;
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! tracing::subscriber::set_global_default(
+//!     tracing_subscriber::registry().with(leakscope_inproc::SessionLayer::default()),
+//! )?;
+//! let _guard = leakscope_inproc::start("target/leak.lsrec")?; // + dhat-heap.json at the end
+//! // ... drive the server: create and abandon sessions, wait past keep-alive ...
+//! # Ok(())
+//! # }
+//! ```
+//! Then `leakscope report target/leak.lsrec --out report/`. With dhat's testing
+//! mode (`dhat::Profiler::builder().testing().build()`) use [`Recorder::start`]
+//! instead of [`start`], which records without starting a second profiler.
+//!
+//! # How it differs from the eBPF probe
+//! It sees every Rust allocation through the global allocator (no C ones), and
+//! learns sessions exactly from `tracing` spans instead of uprobes on rmcp's
+//! functions; the preset's `[[span]]` entries name them ([`SessionLayer`]). The
+//! recording has the same format, so the analyzer and its reports are the same.
+//!
+//! # How it stays correct inside the allocator
+//! * **No allocation while recording.** Events go into a preallocated buffer behind
+//!   one mutex; when it is full, events are dropped and counted (a `lost` record
+//!   with reason `buffer-full`), never grown.
+//! * **No re-entry.** A const-initialized thread-local flag marks "inside the
+//!   recorder"; allocations made there (e.g. the first lookup of a thread's stack
+//!   bounds) pass straight to the inner allocator without being recorded.
+//! * **No deadlock.** The allocator only ever takes the buffer mutex and never
+//!   allocates while holding it; the background writer swaps the full buffer for
+//!   its empty spare under the lock and does all the work (stack dedup, encoding,
+//!   file I/O) outside it.
+//! * **Order.** A free is recorded *before* the block goes back, an allocation
+//!   *after* it is made, so a reused address never appears live twice.
+//! * Stacks are walked by frame pointer (build with `-C force-frame-pointers=yes`),
+//!   within the thread's stack bounds.
+//!
+//! Sessions come from `tracing` spans ([`SessionLayer`]): the application's
+//! `mcp_session` span (field `session_id`) around session creation, and rmcp's own
+//! `streamable_http_session` span (field `id`) that instruments every poll of the
+//! session worker, so the worker's allocations are charged to its session even
+//! though rmcp spawns its task itself. The worker span's close is the worker's end.
+
+mod alloc;
+mod layer;
+mod recorder;
+mod stack;
+
+pub use alloc::Alloc;
+pub use layer::SessionLayer;
+pub use recorder::{Guard, Recorder, start};

@@ -1,0 +1,252 @@
+use std::path::Path;
+
+use super::*;
+
+fn header() -> Header {
+    Header {
+        producer: Producer::Ebpf,
+        producer_version: "test".into(),
+        pid: 42,
+        exe: "/bin/true".into(),
+        build_id: Some("abcd".into()),
+        clock: ClockOrigin {
+            monotonic_ns: 1,
+            unix_ns: 2,
+        },
+        rmcp_version: Some("3.11.0".into()),
+        settings: Settings {
+            alloc_layer: AllocLayer::Libc,
+            alloc_layer_reason: "test".into(),
+            stack_depth: 32,
+            preset: None,
+            scope_probes: vec![],
+            missing_scopes: vec![ScopeKind::SessionClose],
+            notes: vec!["key: value".into()],
+        },
+    }
+}
+
+fn sample(n: u64) -> Vec<Record> {
+    (0..n)
+        .flat_map(|i| {
+            [
+                Record::Stack {
+                    id: i as u32,
+                    frames: vec![i, i + 1],
+                },
+                Record::Alloc {
+                    ts: i,
+                    tid: 7,
+                    addr: 0x1000 + i,
+                    size: 16,
+                    stack: Some(i as u32),
+                },
+                Record::Free {
+                    ts: i + 1,
+                    tid: 7,
+                    addr: 0x1000 + i,
+                },
+            ]
+        })
+        .collect()
+}
+
+fn write(records: &[Record], flush_every: usize) -> Vec<u8> {
+    let mut writer = RecordingWriter::new(Vec::new(), &header()).unwrap();
+    for (i, record) in records.iter().enumerate() {
+        writer.push(record.clone()).unwrap();
+        if (i + 1) % flush_every == 0 {
+            writer.flush().unwrap();
+        }
+    }
+    writer
+        .finish(Record::End {
+            ts: 99,
+            reason: EndReason::Duration,
+        })
+        .unwrap()
+}
+
+fn read(bytes: &[u8]) -> Result<(Header, Vec<Record>, Tail), ReadError> {
+    let mut reader = RecordingReader::new(bytes, Path::new("test.lsrec"))?;
+    let records: Vec<Record> = reader.by_ref().collect();
+    Ok((
+        reader.header().clone(),
+        records,
+        reader.tail().cloned().unwrap(),
+    ))
+}
+
+#[test]
+fn round_trips_header_and_records() {
+    let records = sample(100);
+    let bytes = write(&records, 7);
+    let (got_header, got, tail) = read(&bytes).unwrap();
+    assert_eq!(got_header, header());
+    assert_eq!(&got[..records.len()], &records[..]);
+    assert!(matches!(got.last(), Some(Record::End { .. })));
+    assert_eq!(tail, Tail::Clean);
+}
+
+#[test]
+fn every_truncation_reads_a_prefix() {
+    let records = sample(20);
+    let bytes = write(&records, 5);
+    let header_end = {
+        let reader = RecordingReader::new(&bytes[..], Path::new("x")).unwrap();
+        reader.offset() as usize
+    };
+    let mut last_len = 0;
+    for cut in header_end..bytes.len() {
+        let (_, got, tail) = read(&bytes[..cut]).unwrap();
+        assert!(got.len() >= last_len, "prefixes only grow");
+        assert_eq!(
+            &got[..],
+            &records[..got.len()],
+            "a prefix of what was written"
+        );
+        last_len = got.len();
+        if cut > header_end && !matches!(tail, Tail::Torn { .. }) {
+            // A cut exactly at a frame boundary is clean.
+            assert!(got.len() % 5 == 0);
+        }
+    }
+}
+
+#[test]
+fn corrupt_frame_is_a_torn_tail() {
+    let bytes = write(&sample(10), 3);
+    let mut corrupt = bytes.clone();
+    let at = corrupt.len() - 3;
+    corrupt[at] ^= 0xff;
+    let (_, got, tail) = read(&corrupt).unwrap();
+    assert!(matches!(tail, Tail::Torn { .. }));
+    assert_eq!(got.len(), 30, "all complete frames before the last one");
+}
+
+#[test]
+fn refuses_what_is_not_a_recording() {
+    assert!(matches!(
+        read(b"hello world, not a recording"),
+        Err(ReadError::NotARecording { .. })
+    ));
+    assert!(matches!(read(b""), Err(ReadError::NotARecording { .. })));
+    let mut newer = write(&sample(1), 1);
+    newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    assert!(
+        matches!(read(&newer), Err(ReadError::NewerVersion { found, .. }) if found == FORMAT_VERSION + 1)
+    );
+    let bytes = write(&sample(1), 1);
+    assert!(matches!(
+        read(&bytes[..14]),
+        Err(ReadError::TruncatedHeader { .. })
+    ));
+}
+
+#[test]
+fn stacks_are_written_once_before_their_first_use() {
+    let mut writer = RecordingWriter::new(Vec::new(), &header()).unwrap();
+    assert_eq!(writer.stack(&[]).unwrap(), None, "no frames, no stack");
+    let a = writer.stack(&[1, 2, 3]).unwrap();
+    let b = writer.stack(&[4]).unwrap();
+    assert_eq!(writer.stack(&[1, 2, 3]).unwrap(), a);
+    assert_ne!(a, b);
+    assert_eq!(writer.stacks(), 2);
+    let bytes = writer
+        .finish(Record::End {
+            ts: 1,
+            reason: EndReason::Finished,
+        })
+        .unwrap();
+    let (_, records, _) = read(&bytes).unwrap();
+    let stacks: Vec<&Record> = records
+        .iter()
+        .filter(|r| matches!(r, Record::Stack { .. }))
+        .collect();
+    assert_eq!(stacks.len(), 2, "{records:?}");
+}
+
+/// Version 1 wrote the rmcp version as a note and had no `missing_scopes`:
+/// such a file (written here with v1's exact shape) still reads.
+#[test]
+fn reads_format_version_1() {
+    #[derive(serde::Serialize)]
+    struct SettingsV1 {
+        alloc_layer: AllocLayer,
+        alloc_layer_reason: String,
+        stack_depth: u32,
+        preset: Option<String>,
+        scope_probes: Vec<String>,
+        notes: Vec<String>,
+    }
+    #[derive(serde::Serialize)]
+    struct HeaderV1 {
+        producer: Producer,
+        producer_version: String,
+        pid: u32,
+        exe: String,
+        build_id: Option<String>,
+        clock: ClockOrigin,
+        settings: SettingsV1,
+    }
+    let v1 = HeaderV1 {
+        producer: Producer::Ebpf,
+        producer_version: "leakscope-probe 0.1.0".into(),
+        pid: 7,
+        exe: "/srv/mcp".into(),
+        build_id: None,
+        clock: ClockOrigin {
+            monotonic_ns: 1,
+            unix_ns: 2,
+        },
+        settings: SettingsV1 {
+            alloc_layer: AllocLayer::Libc,
+            alloc_layer_reason: "r".into(),
+            stack_depth: 32,
+            preset: Some("rmcp".into()),
+            scope_probes: vec!["worker-drop: f".into()],
+            notes: vec!["rmcp version: 3.11.0".into(), "free probed at 0x9".into()],
+        },
+    };
+    let payload = postcard::to_stdvec(&v1).unwrap();
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    let body = postcard::to_stdvec(&sample(2)).unwrap();
+    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    bytes.extend_from_slice(&body);
+
+    let reader = RecordingReader::new(&bytes[..], Path::new("v1.lsrec")).unwrap();
+    assert_eq!(reader.format_version(), 1);
+    let (header, records, tail) = read(&bytes).unwrap();
+    assert_eq!(header.rmcp_version.as_deref(), Some("3.11.0"));
+    assert_eq!(
+        header.settings.notes,
+        vec!["free probed at 0x9".to_string()]
+    );
+    assert!(header.settings.missing_scopes.is_empty());
+    assert_eq!(records, sample(2));
+    assert_eq!(tail, Tail::Clean);
+    let mut older = bytes.clone();
+    older[8..12].copy_from_slice(&0u32.to_le_bytes());
+    assert!(matches!(
+        read(&older),
+        Err(ReadError::OlderVersion { found: 0, .. })
+    ));
+}
+
+/// The sample recordings checked in under `fixtures/recordings/` were made before
+/// the crate split (format version 1) and must keep reading.
+#[test]
+fn reads_the_checked_in_sample_recordings() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings");
+    for name in ["leaky-5-sessions.lsrec", "fixed-5-sessions.lsrec"] {
+        let mut reader = RecordingReader::open(&dir.join(name)).unwrap();
+        assert!(reader.header().rmcp_version.is_some(), "{name}");
+        assert!(reader.by_ref().count() > 100, "{name}");
+        assert_eq!(reader.tail(), Some(&Tail::Clean), "{name}");
+    }
+}
