@@ -28,6 +28,17 @@ pub struct SessionBytes {
     pub retained: u64,
     /// Still live at the end (retained or not).
     pub live_at_end: u64,
+    /// Blocks of the session in the `session-map` category (what its map entry
+    /// keeps alive: the handle's channel), and how many of them were freed.
+    pub map_blocks: u64,
+    pub map_blocks_freed: u64,
+}
+
+impl SessionBytes {
+    /// Blocks of the map entry still live: the entry (or a copy of its handle) is kept.
+    pub fn map_blocks_live(&self) -> u64 {
+        self.map_blocks.saturating_sub(self.map_blocks_freed)
+    }
 }
 
 impl std::ops::AddAssign for SessionBytes {
@@ -37,6 +48,8 @@ impl std::ops::AddAssign for SessionBytes {
         self.transient += other.transient;
         self.retained += other.retained;
         self.live_at_end += other.live_at_end;
+        self.map_blocks += other.map_blocks;
+        self.map_blocks_freed += other.map_blocks_freed;
     }
 }
 
@@ -60,6 +73,8 @@ pub struct Sample {
 /// A block allocated and not (yet) freed.
 #[derive(Debug, Clone, Copy)]
 pub struct Block {
+    /// When it was allocated.
+    pub ts: u64,
     pub size: u64,
     pub category: Category,
     pub stack: Option<StackId>,
@@ -122,7 +137,11 @@ impl Accounting {
     pub fn alloc(&mut self, addr: u64, block: Block) {
         self.allocs += 1;
         if let Some(key) = block.session {
-            self.session(key).allocated += block.size;
+            let session = self.session(key);
+            session.allocated += block.size;
+            if block.category == Category::SessionMap {
+                session.map_blocks += 1;
+            }
         }
         if let Some(old) = self.live.insert(addr, block) {
             // A block we never saw freed (lost record): forget it.
@@ -130,6 +149,24 @@ impl Accounting {
         }
         self.categories[block.category].allocated += block.size;
         self.live_by_category[block.category] += block.size;
+    }
+
+    /// A live block with no owner turned out to be `key`'s (learned after its
+    /// allocation): charge it to the session.
+    pub fn adopt(&mut self, addr: u64, key: SessionKey) {
+        let Some(block) = self.live.get_mut(&addr) else {
+            return;
+        };
+        if block.session.is_some() {
+            return;
+        }
+        block.session = Some(key);
+        let (size, category) = (block.size, block.category);
+        let session = self.session(key);
+        session.allocated += size;
+        if category == Category::SessionMap {
+            session.map_blocks += 1;
+        }
     }
 
     /// The block at `addr` was freed at `ts`; returns it if it was live.
@@ -144,6 +181,9 @@ impl Accounting {
             let worker_end = sessions.worker_end_ns(key);
             let session = self.session(key);
             session.reclaimed += block.size;
+            if block.category == Category::SessionMap {
+                session.map_blocks_freed += 1;
+            }
             if worker_end.is_some_and(|end| ts <= end + grace_ns) {
                 session.transient += block.size;
             }
@@ -231,6 +271,7 @@ mod tests {
 
     fn block(size: u64, session: Option<SessionKey>) -> Block {
         Block {
+            ts: 0,
             size,
             category: Category::Other,
             stack: None,
@@ -243,7 +284,7 @@ mod tests {
         let s = 1_000_000_000;
         let mut sessions = SessionTracker::default();
         sessions.scope(0, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        let key = sessions.alloc(1, 0x1000, 100);
+        let key = sessions.alloc(1, 0x1000, 100, Category::Other);
         let mut books = Accounting::new(s, s);
         books.tick(0);
         books.alloc(0x1000, block(100, key));

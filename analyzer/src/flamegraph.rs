@@ -72,6 +72,10 @@ mod tests {
             retained_bytes: 640,
             blocks: 2,
             session_bytes: 0,
+            growth_bytes_per_s: 0.0,
+            linearity: 0.0,
+            first_alloc_ns: 0,
+            last_alloc_ns: 0,
         };
         assert_eq!(folded(&[site]), vec!["main;malloc_caller 640".to_string()]);
     }

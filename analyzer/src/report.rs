@@ -36,13 +36,45 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     let _ = writeln!(md, "\n## Per session\n");
     let _ = writeln!(
         md,
-        "{} sessions born, {} workers ended, {} closed (retain nothing after their worker ended). \
-         Grace period: {} ms after the worker's end.\n",
+        "{} sessions born, {} workers ended. Grace period: {} ms after the worker's end.\n",
         s.count,
         s.worker_ended,
-        s.closed,
         timeline.grace_ns / 1_000_000
     );
+    let _ = writeln!(md, "| state at the end | sessions | meaning |");
+    let _ = writeln!(md, "| --- | ---: | --- |");
+    let states = [
+        (
+            "closed",
+            s.states.closed,
+            "the map entry's memory (its handle's channel) was released: the entry left the map",
+        ),
+        (
+            "leaked",
+            s.states.leaked,
+            "the entry is still in the map after its worker ended",
+        ),
+        (
+            "live",
+            s.states.live,
+            "the entry is in the map and its worker still runs",
+        ),
+        (
+            "unknown",
+            s.states.unknown,
+            "a signal needed to decide was missing",
+        ),
+    ];
+    for (name, count, meaning) in states {
+        let _ = writeln!(md, "| {name} | {count} | {meaning} |");
+    }
+    if !summary.missing_signals.is_empty() {
+        let _ = writeln!(md, "\nLifecycle signals this recording lacks:\n");
+        for signal in &summary.missing_signals {
+            let _ = writeln!(md, "- {signal}");
+        }
+    }
+    let _ = writeln!(md);
     let _ = writeln!(md, "| per session | p50 | p90 | max |");
     let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
     let _ = writeln!(
@@ -54,7 +86,7 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     );
     let _ = writeln!(
         md,
-        "| retained (still live, worker gone) | {} | {} | {} |",
+        "| retained by a leaked session (still live, worker gone) | {} | {} | {} |",
         bytes(s.retained_bytes.p50),
         bytes(s.retained_bytes.p90),
         bytes(s.retained_bytes.max)
@@ -99,7 +131,49 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         let _ = writeln!(md, "   ```");
     }
     if summary.top_sites.is_empty() {
-        let _ = writeln!(md, "No memory is retained by ended sessions.");
+        let _ = writeln!(
+            md,
+            "No session whose worker ended holds memory; see the findings below for everything else."
+        );
+    }
+
+    let _ = writeln!(md, "\n## Findings (no preset needed)\n");
+    let _ = writeln!(
+        md,
+        "Blocks allocated during the recording and still live at the end, by call site (allocator \
+         frames trimmed). A *leak candidate* grew linearly over most of the recording and was never \
+         given back.\n"
+    );
+    if summary.findings.is_empty() {
+        let _ = writeln!(
+            md,
+            "Nothing allocated during the recording is live at its end."
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "| site | live | blocks | growth | per session | oldest | candidate |"
+        );
+        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | --- |");
+    }
+    for finding in summary.findings.iter().take(10) {
+        let name = crate::summary::own_frame(finding.frames.iter().map(String::as_str))
+            .map(crate::summary::short_name)
+            .unwrap_or_else(|| "[unknown stack]".into());
+        let per_event = finding
+            .bytes_per_event
+            .as_ref()
+            .map(|e| bytes(e.bytes))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            md,
+            "| `{name}` | {} | {} | {}/s | {per_event} | {:.1} s | {} |",
+            bytes(finding.live_bytes),
+            finding.live_blocks,
+            bytes(finding.growth_bytes_per_s.max(0.0) as u64),
+            finding.oldest_age_s,
+            if finding.leak_candidate { "yes" } else { "" }
+        );
     }
 
     let _ = writeln!(md, "\n## Recording\n");

@@ -1,8 +1,15 @@
 //! Sessions: which session does a block belong to, and when did its worker end.
 //!
 //! Sessions come from the lifecycle scopes:
-//! * **birth window**: from `session-create` entry to `worker-spawn` return on one
-//!   thread; every block allocated there belongs to the new session;
+//! * **birth**: blocks allocated inside `session-create` (which makes the handle's
+//!   channel) and inside the `worker-spawn` that follows it (the worker's channels
+//!   and task) belong to the new session. Both are synchronous functions, so a
+//!   scope's entry and exit on one thread enclose exactly its own allocations.
+//!   What runs between them is *not* the session's: in rmcp 3.11.0 that is the
+//!   `await` on the map's write lock (other tasks run on the thread meanwhile) and
+//!   the map insert (a table resize there is shared by all sessions). A spawn is
+//!   linked to the session created on its own thread and not yet spawned, or, when
+//!   the creating task resumed on another thread, to the oldest such session;
 //! * **worker polls**: a `worker-poll` entry's argument points into the worker's
 //!   task, a block allocated in some session's birth window (*provenance by
 //!   containment*); blocks allocated on that thread until the poll returns belong
@@ -14,15 +21,90 @@
 //! its id only after the worker has named it; the two are then **merged**
 //! ([`SessionKey`]s of merged sessions resolve to the one they were folded into).
 //!
+//! In-process recordings of a server with no span of its own around session
+//! creation (the stock `StreamableHttpService`) learn the birth from rmcp's
+//! "create new session" event instead ([`SessionTracker::created`]): the map-entry
+//! blocks allocated on that thread just before it, with no owner, are adopted.
+//!
 //! This stage knows nothing of bytes: the accounting stage asks it who owns a block.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use leakscope_recording::{Phase, ScopeKind};
+
+use crate::attribute::Category;
+
+/// Sessions created and waiting for their worker's spawn, at most (a create whose
+/// spawn never comes, e.g. a failed request, must not grow this forever).
+const MAX_PENDING_SPAWNS: usize = 4096;
+
+/// Unowned map-entry blocks remembered per thread, waiting for a `created` fact.
+const MAX_ORPHANS: usize = 16;
 
 /// A session as this stage first knew it; [`SessionTracker::resolve`] maps it to
 /// the session it was merged into, if any.
 pub type SessionKey = u32;
+
+/// Where a session stands at the end of a recording: observed, never inferred
+/// from byte counts.
+///
+/// The map entry's state is read from the objects the entry keeps alive: the
+/// blocks of the session in the `session-map` category (the handle's
+/// `SessionEvent` channel). Their release is the entry's last copy going away (a
+/// `Sender` in the map keeps the channel alive). A drop of a `LocalSessionHandle`
+/// is not: rmcp 3.11.0 clones the handle out of the map for every request
+/// (`LocalSessionManager::session_handle`), so its drop glue runs for copies too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionState {
+    /// The map entry's objects were released: the entry left the map.
+    Closed,
+    /// The entry is kept (its objects live) and the worker ended: the leak.
+    Leaked,
+    /// The entry is kept and the worker is still running (or ended within the
+    /// grace period before the end of the recording).
+    Live,
+    /// A signal needed to decide was missing (see [`SessionState::decide`]).
+    #[default]
+    Unknown,
+}
+
+impl SessionState {
+    pub const ALL: [SessionState; 4] = [
+        SessionState::Closed,
+        SessionState::Leaked,
+        SessionState::Live,
+        SessionState::Unknown,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionState::Closed => "closed",
+            SessionState::Leaked => "leaked",
+            SessionState::Live => "live",
+            SessionState::Unknown => "unknown",
+        }
+    }
+
+    /// The state from what was observed: `map_blocks` of the entry (`map_live` of
+    /// them still live), and the worker: `Some(true)` gone for longer than the
+    /// grace period, `Some(false)` running (or just ended), `None` when the
+    /// worker's end could not be observed (no probe on it).
+    pub fn decide(map_blocks: u64, map_live: u64, worker_gone: Option<bool>) -> Self {
+        if map_blocks == 0 {
+            // The entry's objects were never identified: nothing says whether it left.
+            return SessionState::Unknown;
+        }
+        if map_live == 0 {
+            return SessionState::Closed;
+        }
+        match worker_gone {
+            Some(true) => SessionState::Leaked,
+            Some(false) => SessionState::Live,
+            None => SessionState::Unknown,
+        }
+    }
+}
 
 /// What the lifecycle says about one session.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +113,8 @@ pub struct SessionLife {
     pub id: Option<String>,
     pub born_ns: u64,
     pub worker_end_ns: Option<u64>,
+    /// The last time the session did anything: its birth, or its worker's last poll.
+    pub last_active_ns: u64,
 }
 
 #[derive(Default)]
@@ -38,29 +122,60 @@ pub struct SessionTracker {
     lives: Vec<SessionLife>,
     /// `merged[s] = Some(t)`: session `s` turned out to be `t`.
     merged: Vec<Option<SessionKey>>,
-    /// The thread whose birth window is open, and for which session.
+    /// Threads inside a `session-create` or its `worker-spawn`, and for which session.
     birth_window: HashMap<u32, SessionKey>,
+    /// Per thread, how deep it is in `session-create` / `worker-spawn` scopes: a
+    /// preset may probe a function and the one it calls (`spawn` and
+    /// `spawn_with_ct`); only the outermost counts.
+    create_depth: HashMap<u32, u32>,
+    spawn_depth: HashMap<u32, u32>,
+    /// Sessions created and not yet spawned: (creating thread, session), oldest first.
+    pending_spawn: VecDeque<(u32, SessionKey)>,
     /// Blocks allocated in birth windows: start -> (end, session).
     birth_blocks: BTreeMap<u64, (u64, SessionKey)>,
-    /// Per thread, the open worker polls / session spans: (key, session).
-    polls: HashMap<u32, Vec<(u64, Option<SessionKey>)>>,
+    /// Per thread, the open worker polls / session spans: (key, session, is a span).
+    polls: HashMap<u32, Vec<(u64, Option<SessionKey>, bool)>>,
     /// In-process mode: session of each span key, and of each session id.
     span_sessions: HashMap<u64, SessionKey>,
     session_ids: HashMap<String, SessionKey>,
     worker_ends: Vec<u64>,
+    /// Per thread, `session-map` blocks allocated with no owner since the last
+    /// `created` fact there (in-process recordings without a creation span).
+    orphans: HashMap<u32, Vec<u64>>,
 }
 
 impl SessionTracker {
-    /// The session a block allocated now on `tid` belongs to, if any; a block
-    /// allocated in a birth window is remembered for provenance by containment.
-    pub fn alloc(&mut self, tid: u32, addr: u64, size: u64) -> Option<SessionKey> {
+    /// The session a block of `category` allocated now on `tid` belongs to, if
+    /// any; a block allocated in a birth window is remembered for provenance by
+    /// containment. In-process session spans enclose more than the session's own
+    /// code (the application's span around `create_session` includes the map
+    /// insert): there a block belongs to the session only when the rules say it is
+    /// session memory (any category but `other`).
+    pub fn alloc(
+        &mut self,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        category: Category,
+    ) -> Option<SessionKey> {
         let in_birth = self.birth_window.get(&tid).copied();
-        let session = in_birth.or_else(|| {
-            self.polls
-                .get(&tid)
-                .and_then(|p| p.last().and_then(|(_, s)| *s))
-        });
-        let session = session.map(|s| self.resolve(s))?;
+        let session = match in_birth {
+            Some(s) => Some(s),
+            None => match self.polls.get(&tid).and_then(|p| p.last()).copied() {
+                Some((_, _, true)) if category == Category::Other => None,
+                Some((_, session, _)) => session,
+                None => None,
+            },
+        };
+        let Some(session) = session.map(|s| self.resolve(s)) else {
+            if category == Category::SessionMap {
+                let orphans = self.orphans.entry(tid).or_default();
+                if orphans.len() < MAX_ORPHANS {
+                    orphans.push(addr);
+                }
+            }
+            return None;
+        };
         if in_birth.map(|s| self.resolve(s)) == Some(session) {
             self.birth_blocks
                 .insert(addr, (addr + size.max(1), session));
@@ -98,20 +213,54 @@ impl SessionTracker {
 
     pub fn scope(&mut self, ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) {
         match (kind, phase) {
-            (ScopeKind::SessionCreate, Phase::Enter) => {
+            (ScopeKind::SessionCreate, Phase::Enter) if enter(&mut self.create_depth, tid) => {
                 let session = self.new_session(ts, None);
                 self.birth_window.insert(tid, session);
             }
+            (ScopeKind::SessionCreate, Phase::Exit) => {
+                if !exit(&mut self.create_depth, tid) {
+                    return;
+                }
+                if let Some(session) = self.birth_window.remove(&tid) {
+                    if self.pending_spawn.len() == MAX_PENDING_SPAWNS {
+                        self.pending_spawn.pop_front();
+                    }
+                    self.pending_spawn.push_back((tid, session));
+                }
+            }
+            (ScopeKind::WorkerSpawn, Phase::Enter) => {
+                if !enter(&mut self.spawn_depth, tid) {
+                    return;
+                }
+                let mine = self.pending_spawn.iter().rposition(|(t, _)| *t == tid);
+                let index = mine.or((!self.pending_spawn.is_empty()).then_some(0));
+                if let Some((_, session)) = index.and_then(|i| self.pending_spawn.remove(i)) {
+                    self.birth_window.insert(tid, session);
+                }
+            }
             (ScopeKind::WorkerSpawn, Phase::Exit) => {
-                self.birth_window.remove(&tid);
+                // Without a spawn entry (older recordings probed only its return)
+                // the exit still closes the window.
+                if self.spawn_depth.get(&tid).copied().unwrap_or(0) <= 1 {
+                    self.birth_window.remove(&tid);
+                }
+                exit(&mut self.spawn_depth, tid);
             }
             (ScopeKind::WorkerPoll, Phase::Enter) => {
                 let session = self.session_containing(arg);
-                self.polls.entry(tid).or_default().push((arg, session));
+                self.touch(session, ts);
+                self.polls
+                    .entry(tid)
+                    .or_default()
+                    .push((arg, session, false));
             }
             (ScopeKind::SessionSpan, Phase::Enter) => {
                 let session = self.span_sessions.get(&arg).copied();
-                self.polls.entry(tid).or_default().push((arg, session));
+                self.touch(session, ts);
+                self.polls
+                    .entry(tid)
+                    .or_default()
+                    .push((arg, session, true));
             }
             (ScopeKind::WorkerPoll | ScopeKind::SessionSpan, Phase::Exit) => {
                 if let Some(stack) = self.polls.get_mut(&tid) {
@@ -132,11 +281,33 @@ impl SessionTracker {
         }
     }
 
+    fn touch(&mut self, session: Option<SessionKey>, ts: u64) {
+        if let Some(s) = session.map(|s| self.resolve(s)) {
+            let life = &mut self.lives[s as usize];
+            life.last_active_ns = life.last_active_ns.max(ts);
+        }
+    }
+
+    /// In-process mode: a session with `id` was just created on `tid`. Returns
+    /// it, and the unowned map-entry blocks allocated on `tid` since the last
+    /// such fact, which are its own (the caller hands them to the session).
+    pub fn created(&mut self, ts: u64, tid: u32, id: String) -> (SessionKey, Vec<u64>) {
+        let session = match self.session_ids.get(&id) {
+            Some(&known) => self.resolve(known),
+            None => {
+                let s = self.new_session(ts, Some(id.clone()));
+                self.session_ids.insert(id, s);
+                s
+            }
+        };
+        (session, self.orphans.remove(&tid).unwrap_or_default())
+    }
+
     /// In-process mode: the innermost session span on `tid` announced its session id
     /// ("" = a new session whose id comes later). Span keys are reused by `tracing`,
     /// so each announcement rebinds the span's key.
     pub fn name(&mut self, ts: u64, tid: u32, id: String) {
-        let Some((key, current)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
+        let Some((key, current, _)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
             return;
         };
         let unnamed_current = current
@@ -167,13 +338,16 @@ impl SessionTracker {
     /// Folds session `from` into `into`: the same session, learned late.
     fn merge(&mut self, from: SessionKey, into: SessionKey) {
         let born = self.lives[from as usize].born_ns;
+        let last = self.lives[from as usize].last_active_ns;
         let target = &mut self.lives[into as usize];
         target.born_ns = target.born_ns.min(born);
+        target.last_active_ns = target.last_active_ns.max(last);
         self.merged[from as usize] = Some(into);
         for bound in self
             .span_sessions
             .values_mut()
             .chain(self.birth_window.values_mut())
+            .chain(self.pending_spawn.iter_mut().map(|(_, s)| s))
         {
             if *bound == from {
                 *bound = into;
@@ -186,6 +360,7 @@ impl SessionTracker {
         self.lives.push(SessionLife {
             id,
             born_ns: ts,
+            last_active_ns: ts,
             ..Default::default()
         });
         self.lives.len() as SessionKey - 1
@@ -214,6 +389,29 @@ impl SessionTracker {
     }
 }
 
+/// One level deeper on `tid`; true when this is the outermost entry.
+fn enter(depth: &mut HashMap<u32, u32>, tid: u32) -> bool {
+    let d = depth.entry(tid).or_default();
+    *d += 1;
+    *d == 1
+}
+
+/// One level out on `tid`; true when the outermost scope just ended.
+fn exit(depth: &mut HashMap<u32, u32>, tid: u32) -> bool {
+    match depth.get_mut(&tid) {
+        Some(d) if *d > 1 => {
+            *d -= 1;
+            false
+        }
+        Some(_) => {
+            depth.remove(&tid);
+            true
+        }
+        // An exit without its entry (attached mid-call): treat as outermost.
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,21 +420,91 @@ mod tests {
     fn a_poll_belongs_to_the_session_whose_birth_block_contains_its_argument() {
         let mut t = SessionTracker::default();
         t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(t.alloc(1, 0x1000, 100), Some(0), "in the birth window");
+        assert_eq!(
+            t.alloc(1, 0x1000, 100, Category::WorkerOther),
+            Some(0),
+            "in the birth window"
+        );
         t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(t.alloc(1, 0x9000, 8), None, "after the window");
+        assert_eq!(
+            t.alloc(1, 0x9000, 8, Category::WorkerOther),
+            None,
+            "after the window"
+        );
         t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
-        assert_eq!(t.alloc(2, 0x2000, 8), Some(0), "inside the poll");
+        assert_eq!(
+            t.alloc(2, 0x2000, 8, Category::WorkerOther),
+            Some(0),
+            "inside the poll"
+        );
         t.scope(4, 2, ScopeKind::WorkerPoll, Phase::Exit, 0);
-        assert_eq!(t.alloc(2, 0x3000, 8), None, "after the poll");
+        assert_eq!(
+            t.alloc(2, 0x3000, 8, Category::WorkerOther),
+            None,
+            "after the poll"
+        );
         t.scope(5, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1050);
         assert_eq!(t.worker_end_ns(0), Some(5));
         t.free(0x1000);
         t.scope(6, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
         assert_eq!(
-            t.alloc(2, 0x4000, 8),
+            t.alloc(2, 0x4000, 8, Category::WorkerOther),
             None,
             "a freed block contains nothing"
+        );
+    }
+
+    #[test]
+    fn what_runs_between_create_and_spawn_is_not_the_sessions() {
+        let mut t = SessionTracker::default();
+        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap), Some(0));
+        t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+        // Awaiting the map's lock: another task's block, then the map's table resize.
+        assert_eq!(t.alloc(1, 0x5000, 64, Category::Other), None);
+        // The creating task resumed on thread 2, which spawns its worker.
+        t.scope(3, 2, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+        assert_eq!(t.alloc(2, 0x2000, 64, Category::WorkerChannel), Some(0));
+        t.scope(4, 2, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+        assert_eq!(t.alloc(2, 0x3000, 64, Category::Other), None);
+        // The worker's poll points into the task allocated by the spawn.
+        t.scope(5, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x2008);
+        assert_eq!(t.alloc(1, 0x4000, 8, Category::Other), Some(0));
+    }
+
+    #[test]
+    fn nested_create_and_spawn_scopes_count_once() {
+        let mut t = SessionTracker::default();
+        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+        t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+        assert_eq!(
+            t.alloc(1, 0x100, 8, Category::SessionMap),
+            Some(0),
+            "still inside"
+        );
+        t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+        t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+        t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+        assert_eq!(t.alloc(1, 0x200, 8, Category::WorkerChannel), Some(0));
+        t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+        assert_eq!(t.alloc(1, 0x300, 8, Category::WorkerChannel), Some(0));
+        t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+        assert_eq!(t.alloc(1, 0x400, 8, Category::Other), None);
+        let (lives, _) = t.finish();
+        assert_eq!(lives.len(), 1, "one session, not two");
+    }
+
+    #[test]
+    fn in_process_spans_keep_only_session_memory() {
+        let mut t = SessionTracker::default();
+        t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
+        t.name(1, 1, "a".into());
+        assert_eq!(t.alloc(1, 0x100, 8, Category::SessionMap), Some(0));
+        assert_eq!(
+            t.alloc(1, 0x200, 8, Category::Other),
+            None,
+            "the map's table grows inside the application's span: shared"
         );
     }
 
@@ -250,7 +518,7 @@ mod tests {
         // The creating span announced itself anonymously, then learns it is "a".
         t.scope(3, 2, ScopeKind::SessionSpan, Phase::Enter, 20);
         t.name(3, 2, String::new());
-        assert_eq!(t.alloc(2, 0x100, 8), Some(1));
+        assert_eq!(t.alloc(2, 0x100, 8, Category::WorkerOther), Some(1));
         t.name(4, 2, "a".into());
         assert_eq!(t.resolve(1), 0);
         let (lives, index) = t.finish();

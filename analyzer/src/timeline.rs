@@ -14,6 +14,7 @@ use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Ta
 use crate::accounting::{Accounting, Block, SessionBytes};
 pub use crate::accounting::{CategoryTotals, Sample};
 use crate::attribute::{PerCategory, Rules};
+pub use crate::sessions::SessionState;
 use crate::sessions::SessionTracker;
 pub use crate::sites::Site;
 use crate::stacks::Stacks;
@@ -33,6 +34,9 @@ pub struct Session {
     pub retained: u64,
     /// Still live at the end (retained or not).
     pub live_at_end: u64,
+    pub state: SessionState,
+    /// How long it had done nothing at the end (no birth, no worker poll since).
+    pub idle_ns: u64,
 }
 
 pub struct Timeline {
@@ -55,6 +59,8 @@ pub struct Timeline {
     pub grace_ns: u64,
     /// Things the reader of a report should know (e.g. a torn recording).
     pub warnings: Vec<String>,
+    /// Lifecycle signals the recording lacks, each with what it means for the verdict.
+    pub missing_signals: Vec<String>,
 }
 
 impl Timeline {
@@ -107,7 +113,7 @@ impl Builder {
                 stack,
             } => {
                 self.clock(ts);
-                self.alloc(tid, addr, size, stack);
+                self.alloc_inheriting(ts, tid, addr, size, stack, None);
             }
             Record::Realloc {
                 ts,
@@ -120,10 +126,14 @@ impl Builder {
                 self.clock(ts);
                 // The old block is gone when realloc succeeded (moved or resized in
                 // place: re-added below) or was realloc(p, 0); a failure keeps it.
-                if old != 0 && (new != 0 || size == 0) {
-                    self.free(ts, old);
-                }
-                self.alloc(tid, new, size, stack);
+                let resized = if old != 0 && (new != 0 || size == 0) {
+                    self.free(ts, old)
+                } else {
+                    None
+                };
+                // A resized block stays its session's, wherever it is resized.
+                let inherited = resized.and_then(|b| b.session);
+                self.alloc_inheriting(ts, tid, new, size, stack, inherited);
             }
             Record::Free { ts, addr, .. } => {
                 self.clock(ts);
@@ -152,33 +162,49 @@ impl Builder {
                 self.clock(ts);
                 self.sessions.name(ts, tid, id);
             }
+            Record::Session {
+                ts,
+                tid,
+                fact: SessionFact::Created(id),
+            } => {
+                self.clock(ts);
+                let (session, blocks) = self.sessions.created(ts, tid, id);
+                for addr in blocks {
+                    self.books.adopt(addr, session);
+                }
+            }
             Record::Session { .. } => {}
         }
     }
 
-    fn alloc(
+    fn alloc_inheriting(
         &mut self,
+        ts: u64,
         tid: u32,
         addr: u64,
         size: u64,
         stack: Option<leakscope_recording::StackId>,
+        inherited: Option<crate::sessions::SessionKey>,
     ) {
         if addr == 0 {
             return;
         }
+        let category = self.stacks.category(stack);
+        let session = self.sessions.alloc(tid, addr, size, category).or(inherited);
         let block = Block {
+            ts,
             size,
-            category: self.stacks.category(stack),
+            category,
             stack,
-            session: self.sessions.alloc(tid, addr, size),
+            session,
         };
         self.books.alloc(addr, block);
     }
 
-    fn free(&mut self, ts: u64, addr: u64) {
-        if self.books.free(ts, addr, &self.sessions).is_some() {
-            self.sessions.free(addr);
-        }
+    fn free(&mut self, ts: u64, addr: u64) -> Option<Block> {
+        let block = self.books.free(ts, addr, &self.sessions)?;
+        self.sessions.free(addr);
+        Some(block)
     }
 
     pub fn finish(mut self, header: Header, tail: Tail) -> Timeline {
@@ -193,10 +219,26 @@ impl Builder {
         for (key, figures) in totals.sessions.iter().enumerate() {
             bytes[index[key]] += *figures;
         }
+        let missing_signals = missing_signals(&header);
+        let worker_end_missing = header
+            .settings
+            .missing_scopes
+            .contains(&leakscope_recording::ScopeKind::WorkerDrop);
+        let grace_ns = self.grace_ns;
         let sessions: Vec<Session> = lives
             .into_iter()
             .zip(bytes)
             .map(|(life, b)| Session {
+                state: SessionState::decide(
+                    b.map_blocks,
+                    b.map_blocks_live(),
+                    match life.worker_end_ns {
+                        Some(end) => Some(end + grace_ns <= end_ns),
+                        None if worker_end_missing => None,
+                        None => Some(false),
+                    },
+                ),
+                idle_ns: end_ns.saturating_sub(life.last_active_ns),
                 id: life.id,
                 born_ns: life.born_ns,
                 worker_end_ns: life.worker_end_ns,
@@ -237,8 +279,38 @@ impl Builder {
             sites,
             grace_ns: self.grace_ns,
             warnings,
+            missing_signals,
         }
     }
+}
+
+/// The lifecycle signals a recording lacks, from the scopes its preset named
+/// that matched nothing, each with what the verdict cannot claim without it.
+fn missing_signals(header: &Header) -> Vec<String> {
+    use leakscope_recording::ScopeKind;
+    header
+        .settings
+        .missing_scopes
+        .iter()
+        .filter_map(|kind| {
+            let consequence = match kind {
+                ScopeKind::SessionCreate => {
+                    "no session births: sessions cannot be counted; see the findings by call site"
+                }
+                ScopeKind::WorkerSpawn => {
+                    "no worker spawns: the worker's task is not linked to its session"
+                }
+                ScopeKind::WorkerPoll => {
+                    "no worker polls: the worker's own allocations are not charged to sessions"
+                }
+                ScopeKind::WorkerDrop => {
+                    "no worker ends: a kept entry cannot be told leaked from live (reported unknown)"
+                }
+                ScopeKind::SessionClose | ScopeKind::SessionSpan => return None,
+            };
+            Some(format!("{}: {consequence}", kind.name()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -70,9 +70,14 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
         return;
     }
     let (leaky, fixture) = run("leaky");
-    assert_eq!(leaky["format_version"], 1);
+    assert_eq!(leaky["format_version"], 2);
     assert_eq!(leaky["producer"], "ebpf");
     assert_eq!(leaky["sessions"]["count"], SESSIONS);
+    assert_eq!(
+        leaky["sessions"]["states"]["leaked"], SESSIONS,
+        "every entry is still in the map after its worker ended"
+    );
+    assert_eq!(leaky["verdict_kind"], "leak");
     let p50 = leaky["sessions"]["retained_bytes"]["p50"].as_f64().unwrap();
     assert!(
         (p50 - fixture).abs() <= 0.10 * fixture,
@@ -86,17 +91,29 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
         category(&leaky, "session-map") >= 0.9 * total,
         "session-map holds >= 90%"
     );
-    assert!(leaky["verdict"].as_str().unwrap().contains("never closed"));
+    let verdict = leaky["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with(&format!(
+            "{SESSIONS} of {SESSIONS} sessions are still in the map"
+        )) && verdict.contains("create_local_session_with_event_store"),
+        "{verdict}"
+    );
 
     for composition in ["fixed", "service"] {
         let (summary, _) = run(composition);
         assert_eq!(summary["sessions"]["count"], SESSIONS, "{composition}");
-        let p50_other = summary["sessions"]["retained_bytes"]["p50"]
-            .as_f64()
-            .unwrap();
-        assert!(
-            p50_other < 0.05 * p50,
-            "{composition}: retained p50 {p50_other} < 5% of leaky {p50}"
+        assert_eq!(
+            summary["sessions"]["states"]["closed"], SESSIONS,
+            "{composition}: every entry seen leaving the map: {summary:#}"
+        );
+        assert_eq!(summary["sessions"]["states"]["leaked"], 0, "{composition}");
+        assert_eq!(
+            summary["verdict_kind"], "no-leak",
+            "{composition}: {summary:#}"
+        );
+        assert_eq!(
+            summary["sessions"]["retained_bytes"]["total"], 0,
+            "{composition}: no session retains anything"
         );
     }
 }

@@ -1,20 +1,29 @@
 //! The global allocator: dhat's, plus a record of every call.
 
-use std::alloc::{GlobalAlloc, Layout};
+use std::alloc::{GlobalAlloc, Layout, System};
 
-use super::recorder::{RawKind, record_memory, untracked};
+use super::recorder::{RawKind, inside_recorder, record_memory, untracked};
 
 /// `#[global_allocator] static ALLOC: leakscope_inproc::Alloc = leakscope_inproc::Alloc;`
 ///
 /// Delegates to `dhat::Alloc` (so dhat's profiles and `dhat::HeapStats` keep
 /// working) and records each call while a [`Recorder`](super::Recorder) runs.
-/// Allocations dhat makes for its own bookkeeping are not recorded.
+///
+/// Memory that is leakscope's own (the recorder's buffers, its writer thread,
+/// the session layer's bookkeeping) or dhat's own is neither recorded nor
+/// profiled: it comes straight from `System`, so neither the recording nor
+/// `dhat::HeapStats` charge it to the application. Frees always go through dhat,
+/// which ignores blocks it never saw.
 pub struct Alloc;
 
 // SAFETY: every method forwards to dhat::Alloc, a correct GlobalAlloc, with the
 // caller's arguments unchanged; recording only reads the results.
 unsafe impl GlobalAlloc for Alloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if inside_recorder() {
+            // SAFETY: forwarded contract.
+            return unsafe { System.alloc(layout) };
+        }
         // SAFETY: forwarded contract.
         let (block, outermost) = untracked(|| unsafe { dhat::Alloc.alloc(layout) });
         if outermost && !block.is_null() {
@@ -24,6 +33,10 @@ unsafe impl GlobalAlloc for Alloc {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if inside_recorder() {
+            // SAFETY: forwarded contract.
+            return unsafe { System.alloc_zeroed(layout) };
+        }
         // SAFETY: forwarded contract.
         let (block, outermost) = untracked(|| unsafe { dhat::Alloc.alloc_zeroed(layout) });
         if outermost && !block.is_null() {
@@ -40,6 +53,11 @@ unsafe impl GlobalAlloc for Alloc {
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if inside_recorder() {
+            // Only leakscope's own blocks are resized inside the recorder.
+            // SAFETY: forwarded contract.
+            return unsafe { System.realloc(block, layout, new_size) };
+        }
         // SAFETY: forwarded contract.
         let (new, outermost) =
             untracked(|| unsafe { dhat::Alloc.realloc(block, layout, new_size) });

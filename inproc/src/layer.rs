@@ -1,13 +1,13 @@
 //! The `tracing` layer that tells the recorder which session a thread works for.
 
-use leakscope_recording::preset::{Preset, SpanRule};
+use leakscope_recording::preset::{EventRule, Preset, SpanRule};
 use tracing::span::{Attributes, Id, Record};
-use tracing::{Subscriber, field::Field, field::Visit};
+use tracing::{Event, Subscriber, field::Field, field::Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::recorder::{RawKind, record_scope, record_session_id};
+use super::recorder::{RawKind, quietly, record_scope, record_session_created, record_session_id};
 
 /// Per-span state kept in the registry's extensions.
 ///
@@ -30,6 +30,7 @@ struct SessionSpan {
 #[derive(Debug, Clone)]
 pub struct SessionLayer {
     spans: Vec<SpanRule>,
+    events: Vec<EventRule>,
 }
 
 impl Default for SessionLayer {
@@ -43,6 +44,7 @@ impl SessionLayer {
     pub fn from_preset(preset: &Preset) -> Self {
         Self {
             spans: preset.spans.clone(),
+            events: preset.events.clone(),
         }
     }
 
@@ -52,6 +54,31 @@ impl SessionLayer {
 
     fn id_field(&self, span_name: &str) -> Option<&str> {
         self.rule(span_name).map(|r| r.id_field.as_str())
+    }
+}
+
+/// Reads an event's message and its session-id field.
+struct EventVisitor<'a> {
+    field: &'a str,
+    message: Option<String>,
+    id: Option<String>,
+}
+
+impl Visit for EventVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == self.field {
+            self.id = Some(value.to_owned());
+        } else if field.name() == "message" {
+            self.message = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == self.field {
+            self.id = Some(format!("{value:?}").trim_matches('"').to_owned());
+        } else if field.name() == "message" {
+            self.message = Some(format!("{value:?}"));
+        }
     }
 }
 
@@ -79,15 +106,18 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         let Some(field) = self.id_field(attrs.metadata().name()) else {
             return;
         };
-        let mut visitor = IdVisitor { field, id: None };
-        attrs.record(&mut visitor);
-        if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(SessionSpan {
-                id: visitor.id,
-                announced: false,
-                named: false,
-            });
-        }
+        // The layer's bookkeeping is leakscope's memory, not the application's.
+        quietly(|| {
+            let mut visitor = IdVisitor { field, id: None };
+            attrs.record(&mut visitor);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(SessionSpan {
+                    id: visitor.id,
+                    announced: false,
+                    named: false,
+                });
+            }
+        });
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -97,9 +127,11 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         let Some(field) = self.id_field(span.name()) else {
             return;
         };
-        let mut visitor = IdVisitor { field, id: None };
-        values.record(&mut visitor);
-        let Some(session_id) = visitor.id else {
+        let Some(session_id) = quietly(|| {
+            let mut visitor = IdVisitor { field, id: None };
+            values.record(&mut visitor);
+            visitor.id
+        }) else {
             return;
         };
         let mut extensions = span.extensions_mut();
@@ -140,6 +172,27 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
             && span.extensions().get::<SessionSpan>().is_some()
         {
             record_scope(RawKind::SpanExit, id.into_u64());
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let target = event.metadata().target();
+        let Some(rule) = self.events.iter().find(|r| target.starts_with(&r.target)) else {
+            return;
+        };
+        let id = quietly(|| {
+            let mut visitor = EventVisitor {
+                field: &rule.id_field,
+                message: None,
+                id: None,
+            };
+            event.record(&mut visitor);
+            visitor
+                .id
+                .filter(|_| visitor.message.as_deref() == Some(rule.message.as_str()))
+        });
+        if let Some(id) = id {
+            record_session_created(&id);
         }
     }
 

@@ -33,6 +33,8 @@ pub(crate) enum RawKind {
     WorkerEnd,
     /// `addr` indexes the facts table: the session id of the innermost open span.
     SessionId,
+    /// `addr` indexes the facts table: a session with this id was just created here.
+    SessionCreated,
 }
 
 #[derive(Clone, Copy)]
@@ -71,6 +73,14 @@ fn tid() -> u32 {
         t.get()
     })
     .unwrap_or(0)
+}
+
+/// True while this thread is inside the recorder (or is its writer thread, or is
+/// inside dhat): what it allocates is leakscope's (or dhat's) own memory. Also
+/// true while thread-locals are torn down, when nothing can be recorded anyway.
+#[inline]
+pub(crate) fn inside_recorder() -> bool {
+    IN_RECORDER.try_with(Cell::get).unwrap_or(true)
 }
 
 /// Runs an allocator call with this thread marked "inside": allocations it makes
@@ -142,19 +152,34 @@ pub(crate) fn record_scope(kind: RawKind, key: u64) {
 }
 
 /// Called by the session layer: the session id of the innermost open span on this thread.
+/// The id string and the growth of the facts table are allocated inside the
+/// recorder (the re-entry flag is set), so they are never recorded: the
+/// recorder's memory is not the application's.
 pub(crate) fn record_session_id(id: &str) {
-    if !ACTIVE.load(Ordering::Relaxed) {
-        return;
-    }
-    let Some(shared) = SHARED.get() else {
-        return;
-    };
-    let index = {
-        let mut facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
-        facts.push(id.to_owned());
-        facts.len() as u64 - 1
-    };
-    guarded(|shared| push(shared, event(RawKind::SessionId, index, 0, 0, false)));
+    record_fact(RawKind::SessionId, id);
+}
+
+/// A session with this id was just created on this thread (see `SessionFact::Created`).
+pub(crate) fn record_session_created(id: &str) {
+    record_fact(RawKind::SessionCreated, id);
+}
+
+fn record_fact(kind: RawKind, id: &str) {
+    guarded(|shared| {
+        let index = {
+            let mut facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
+            facts.push(id.to_owned());
+            facts.len() as u64 - 1
+        };
+        push(shared, event(kind, index, 0, 0, false));
+    });
+}
+
+/// Runs `f` with this thread marked "inside the recorder": what it allocates
+/// (the session layer's own bookkeeping) is not recorded. Nothing is recorded
+/// from inside `f` either, so record events before or after it.
+pub(crate) fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    untracked(f).0
 }
 
 /// A running recorder; [`finish`](Self::finish) (or drop) writes the end and joins the writer.
@@ -365,13 +390,17 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std
             phase: Phase::Enter,
             arg: raw.addr,
         },
-        RawKind::SessionId => {
+        RawKind::SessionId | RawKind::SessionCreated => {
             let facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
             let id = facts.get(raw.addr as usize).cloned().unwrap_or_default();
             Record::Session {
                 ts,
                 tid,
-                fact: SessionFact::Id(id),
+                fact: if raw.kind == RawKind::SessionId {
+                    SessionFact::Id(id)
+                } else {
+                    SessionFact::Created(id)
+                },
             }
         }
     };

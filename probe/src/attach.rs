@@ -77,9 +77,28 @@ pub async fn attach(
     }
     if plan.scopes.is_empty() && !options.bare {
         on_event(AttachEvent::Warning(format!(
-            "no {} lifecycle functions in {}; recording allocations only",
+            "no {} lifecycle functions in {}; recording allocations only (the report's findings by call site still work)",
             options.preset.name, target.exe
         )));
+    } else if !options.bare {
+        for kind in &plan.missing_scopes {
+            let optional = options
+                .preset
+                .scopes
+                .iter()
+                .any(|rule| rule.kind == *kind && rule.optional);
+            on_event(AttachEvent::Warning(format!(
+                "preset {}: no function of {} matches scope {}{}",
+                options.preset.name,
+                target.exe,
+                kind.name(),
+                if optional {
+                    " (optional: the session model does without it)"
+                } else {
+                    "; the report will say what the verdict cannot claim without it"
+                }
+            )));
+        }
     }
     let mut notes = vec![];
     if let Some(p) = plan

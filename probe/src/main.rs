@@ -10,6 +10,9 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use leakscope_probe::attach::{AttachEvent, AttachOptions, attach};
 use leakscope_probe::capture::Stats;
+use leakscope_probe::plan::{missing_scopes, scope_matches};
+use leakscope_probe::symbols::ElfSymbols;
+use leakscope_recording::ScopeKind;
 use leakscope_recording::preset::Preset;
 
 #[derive(Debug, Parser)]
@@ -44,6 +47,20 @@ enum Command {
         /// Benchmarks: attach no-op programs at the same points, to measure the bare uprobe cost.
         #[arg(long, hide = true)]
         bare: bool,
+    },
+    /// Which lifecycle functions a preset finds in an executable, scope by scope
+    /// (what `attach` would probe), without attaching. Exits 1 when a scope the
+    /// session model needs (create, spawn, poll, drop) matches nothing.
+    PresetCheck {
+        /// The executable (a server binary with symbols).
+        #[arg(long)]
+        exe: PathBuf,
+        /// A preset file (default: the built-in rmcp preset).
+        #[arg(long)]
+        preset: Option<PathBuf>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a recording as JSON lines: the header first, then one record per line.
     Dump {
@@ -120,8 +137,77 @@ async fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::PresetCheck { exe, preset, json } => {
+            let preset = match preset {
+                Some(path) => Preset::load(&path)?,
+                None => Preset::builtin(),
+            };
+            preset_check(&exe, &preset, json)
+        }
         Command::Dump { file } => leakscope_recording::dump(&file, std::io::stdout().lock()),
     }
+}
+
+/// The scopes the session model cannot do without.
+const REQUIRED_SCOPES: [ScopeKind; 4] = [
+    ScopeKind::SessionCreate,
+    ScopeKind::WorkerSpawn,
+    ScopeKind::WorkerPoll,
+    ScopeKind::WorkerDrop,
+];
+
+fn preset_check(exe: &std::path::Path, preset: &Preset, json: bool) -> Result<()> {
+    let symbols = ElfSymbols::load(exe)?;
+    let matches = scope_matches(&symbols, preset);
+    let missing = missing_scopes(&matches);
+    let rmcp = symbols.crate_version("rmcp");
+    if json {
+        let scopes: Vec<serde_json::Value> = matches
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "kind": m.kind.name(),
+                    "functions": m.functions.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "exe": exe.display().to_string(),
+                "rmcp_version": rmcp,
+                "preset": preset.name,
+                "scopes": scopes,
+                "missing": missing.iter().map(|k| k.name()).collect::<Vec<_>>(),
+            })
+        );
+    } else {
+        println!(
+            "{} (rmcp {}), preset {}:",
+            exe.display(),
+            rmcp.as_deref().unwrap_or("unknown"),
+            preset.name
+        );
+        for m in &matches {
+            println!("  {:<15} {} function(s)", m.kind.name(), m.functions.len());
+            for f in &m.functions {
+                println!("      {}", f.name);
+            }
+        }
+    }
+    let required_missing: Vec<&str> = missing
+        .iter()
+        .filter(|k| REQUIRED_SCOPES.contains(k))
+        .map(|k| k.name())
+        .collect();
+    if !required_missing.is_empty() {
+        bail!(
+            "{}: no function matches {}",
+            exe.display(),
+            required_missing.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn status_bar(enabled: bool) -> ProgressBar {

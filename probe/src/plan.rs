@@ -197,40 +197,29 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     }
 
     let mut scopes = Vec::new();
-    let mut missing_scopes: Vec<ScopeKind> = Vec::new();
-    for rule in &preset.scopes {
-        let before = scopes.len();
-        for pattern in &rule.patterns {
-            for function in exe.matching(pattern) {
-                let cookie = Some(rule.kind as u64);
-                let entry_offset = if rule.returns {
-                    0
-                } else {
-                    entry_probe_offset(exe.code(function, 64), false)
-                };
-                probes.push(probe(
-                    program::SCOPE_ENTER,
-                    &exe_path,
-                    function,
-                    entry_offset,
-                    cookie,
-                ));
-                if rule.returns {
-                    probes.push(probe(program::SCOPE_EXIT, &exe_path, function, 0, cookie));
-                }
-                scopes.push(format!("{}: {}", rule.kind.name(), function.name));
+    let matches = scope_matches(exe, preset);
+    for found in &matches {
+        for function in &found.functions {
+            let cookie = Some(found.kind as u64);
+            let entry_offset = if found.returns {
+                0
+            } else {
+                entry_probe_offset(exe.code(function, 64), false)
+            };
+            probes.push(probe(
+                program::SCOPE_ENTER,
+                &exe_path,
+                function,
+                entry_offset,
+                cookie,
+            ));
+            if found.returns {
+                probes.push(probe(program::SCOPE_EXIT, &exe_path, function, 0, cookie));
             }
-        }
-        if scopes.len() == before && !missing_scopes.contains(&rule.kind) {
-            missing_scopes.push(rule.kind);
+            scopes.push(format!("{}: {}", found.kind.name(), function.name));
         }
     }
-    // A kind named by several rules is missing only if none of them matched.
-    missing_scopes.retain(|kind| {
-        !scopes
-            .iter()
-            .any(|s| s.starts_with(&format!("{}: ", kind.name())))
-    });
+    let missing_scopes = missing_scopes(&matches);
     Ok(Plan {
         layer,
         layer_reason: reason,
@@ -238,6 +227,52 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
         scopes,
         missing_scopes,
     })
+}
+
+/// The functions of the executable that one scope rule of a preset matches.
+#[derive(Debug)]
+pub struct ScopeMatch<'a> {
+    pub kind: ScopeKind,
+    pub returns: bool,
+    /// One per address, whichever of the rule's patterns matched it.
+    pub functions: Vec<&'a Function>,
+}
+
+/// What each scope rule of `preset` matches in `exe` (what `attach` would probe).
+pub fn scope_matches<'a>(exe: &'a ElfSymbols, preset: &Preset) -> Vec<ScopeMatch<'a>> {
+    preset
+        .scopes
+        .iter()
+        .map(|rule| {
+            let mut functions: Vec<&Function> = rule
+                .patterns
+                .iter()
+                .flat_map(|pattern| exe.matching(pattern))
+                .collect();
+            functions.sort_by_key(|f| f.vaddr);
+            functions.dedup_by_key(|f| f.vaddr);
+            ScopeMatch {
+                kind: rule.kind,
+                returns: rule.returns,
+                functions,
+            }
+        })
+        .collect()
+}
+
+/// Scope kinds the preset names that matched nothing (a kind named by several
+/// rules is missing only when none of them matched).
+pub fn missing_scopes(matches: &[ScopeMatch<'_>]) -> Vec<ScopeKind> {
+    let mut missing: Vec<ScopeKind> = Vec::new();
+    for found in matches {
+        let matched = matches
+            .iter()
+            .any(|m| m.kind == found.kind && !m.functions.is_empty());
+        if !matched && !missing.contains(&found.kind) {
+            missing.push(found.kind);
+        }
+    }
+    missing
 }
 
 fn probe(

@@ -189,6 +189,11 @@ pub enum SessionFact {
     Id(String),
     /// Why the worker quit, when the producer can tell (e.g. "idle-timeout").
     WorkerQuit(String),
+    /// The session with this id was just created on `tid` (in-process: rmcp's
+    /// "create new session" event, emitted inside the synchronous function that
+    /// makes the session's handle and channels): the session's map-entry memory
+    /// allocated on `tid` since the previous such fact is this session's.
+    Created(String),
 }
 
 /// An executable region of the target, so stacks can be symbolized later or elsewhere.

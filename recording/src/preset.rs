@@ -24,6 +24,20 @@ pub struct Preset {
     pub scopes: Vec<ScopeRule>,
     #[serde(rename = "span", default)]
     pub spans: Vec<SpanRule>,
+    #[serde(rename = "event", default)]
+    pub events: Vec<EventRule>,
+}
+
+/// A `tracing` event that announces a session's creation (in-process mode).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventRule {
+    /// The event's target starts with this (its module path, for rmcp).
+    pub target: String,
+    /// The event's message.
+    pub message: String,
+    /// The field that carries the session id.
+    pub id_field: String,
 }
 
 /// Functions of one scope kind (eBPF probe).
@@ -35,6 +49,10 @@ pub struct ScopeRule {
     pub patterns: Vec<String>,
     /// Also probe the return (a uretprobe): needed for windows, not for one-shot events.
     pub returns: bool,
+    /// The session model does without it (e.g. a function that is inlined in
+    /// release builds); its absence is still reported, as optional.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// A `tracing` span that marks session work (in-process mode).
@@ -87,6 +105,7 @@ mod tests {
             assert!(preset.scopes.iter().any(|s| s.kind == kind), "{kind:?}");
         }
         assert!(preset.spans.iter().any(|s| s.worker), "a worker span");
+        assert!(!preset.events.is_empty(), "the session-created event");
     }
 
     #[test]

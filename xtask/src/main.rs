@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod preset_check;
 mod setup;
 mod shell;
 
@@ -35,6 +36,8 @@ enum Command {
     Recordings,
     /// What the probe costs a malloc/free pair, beside the bare-uprobe floor (ratios, one run).
     Bench(bench::BenchArgs),
+    /// Build a stock rmcp server against each release and count what the preset matches, scope by scope.
+    PresetCheck(preset_check::PresetCheckArgs),
     /// Build the probe (release) and run `leakscope-probe attach ARGS...`, e.g. `--pid 1234 --duration 60s`.
     Attach {
         /// Arguments for `leakscope-probe attach` (see `--help`).
@@ -52,6 +55,7 @@ fn main() {
         Command::Attach { args } => attach(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Recordings => demo::regenerate_recordings(),
+        Command::PresetCheck(args) => preset_check::run(&args),
         Command::Report { args } => report(&args),
     };
     if let Err(e) = outcome {
