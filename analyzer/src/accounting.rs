@@ -230,6 +230,11 @@ impl Accounting {
     }
 }
 
+/// A gap of more samples than this between two records (a long quiet spell, or a
+/// corrupt or crafted timestamp) is bridged by one sample, not filled in: the
+/// samples stay bounded by the records, not by the values of their timestamps.
+const MAX_GAP_SAMPLES: u64 = 10_000;
+
 /// Takes a [`Sample`] every `every_ns` of recording time.
 struct Sampler {
     every_ns: u64,
@@ -253,13 +258,19 @@ impl Sampler {
         if self.next_ns == 0 {
             self.next_ns = ts;
         }
+        if ts >= self.next_ns && (ts - self.next_ns) / self.every_ns > MAX_GAP_SAMPLES {
+            self.next_ns = ts;
+        }
         while ts >= self.next_ns {
             self.samples.push(Sample {
-                t_s: (self.next_ns - start) as f64 / 1e9,
+                t_s: self.next_ns.saturating_sub(start) as f64 / 1e9,
                 live,
                 reclaimed_total,
             });
-            self.next_ns += self.every_ns;
+            self.next_ns = self.next_ns.saturating_add(self.every_ns);
+            if self.next_ns == u64::MAX {
+                break;
+            }
         }
     }
 }
@@ -277,6 +288,19 @@ mod tests {
             stack: None,
             session,
         }
+    }
+
+    /// Timestamps out of order and a huge one: no underflow, no unbounded sampling.
+    #[test]
+    fn crafted_timestamps_keep_the_samples_bounded() {
+        let mut books = Accounting::new(1, SAMPLE_INTERVAL_NS);
+        books.tick(5_000_000_000);
+        books.tick(1_000);
+        books.alloc(0x10, block(8, None));
+        books.tick(u64::MAX - 1);
+        books.tick(u64::MAX);
+        let totals = books.finish(u64::MAX, &SessionTracker::default());
+        assert!(totals.samples.len() < 10, "{}", totals.samples.len());
     }
 
     #[test]

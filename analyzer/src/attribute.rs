@@ -109,7 +109,8 @@ impl Rules {
     }
 
     fn parse(text: &str) -> Result<Self> {
-        let file: RulesFile = toml::from_str(text)?;
+        let file: RulesFile =
+            toml::from_str(text).map_err(|e| leakscope_recording::preset::toml_error(text, &e))?;
         Ok(Self {
             rules: file
                 .rules

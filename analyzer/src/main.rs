@@ -52,7 +52,8 @@ enum Command {
 
 fn main() {
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("leakscope: {e:#}");
+        // One line, whatever the error's source printed.
+        eprintln!("leakscope: {}", format!("{e:#}").replace('\n', " "));
         std::process::exit(1);
     }
 }

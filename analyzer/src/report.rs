@@ -98,7 +98,10 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     let lifetimes: Vec<f64> = timeline
         .sessions
         .iter()
-        .filter_map(|x| x.worker_end_ns.map(|end| (end - x.born_ns) as f64 / 1e9))
+        .filter_map(|x| {
+            x.worker_end_ns
+                .map(|end| end.saturating_sub(x.born_ns) as f64 / 1e9)
+        })
         .collect();
     let lifetime = median(&lifetimes);
     let model_transient = rate * lifetime * s.transient_bytes.p50 as f64;

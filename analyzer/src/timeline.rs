@@ -212,7 +212,8 @@ impl Builder {
         let start_ns = self.start_ns.unwrap_or(end_ns);
         let totals = self.books.finish(end_ns, &self.sessions);
         let sites = crate::sites::sites(&totals.live, &mut self.stacks);
-        let to_s = |ts: &u64| (ts - start_ns) as f64 / 1e9;
+        // Saturating: a producer's timestamps need not be monotonic in record order.
+        let to_s = |ts: &u64| ts.saturating_sub(start_ns) as f64 / 1e9;
         let worker_ends_s = self.sessions.worker_ends().iter().map(to_s).collect();
         let (lives, index) = self.sessions.finish();
         let mut bytes = vec![SessionBytes::default(); lives.len()];

@@ -162,3 +162,69 @@ fn bad_input_gets_one_clear_line() {
         "{err}"
     );
 }
+
+/// More bad input, each one clear line and a non-zero exit (or, for damage
+/// after the header, a report of the readable prefix with a one-line warning).
+#[test]
+fn damaged_files_and_bad_rules_get_one_clear_line() {
+    let leakscope = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leakscope"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let out_dir = scratch("damaged-report");
+    let report = |path: &Path, extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["report".as_ref(), path.as_os_str()];
+        args.extend(["--out".as_ref(), out_dir.as_os_str()]);
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        leakscope(&args)
+    };
+    // An empty file.
+    let empty = scratch("empty.lsrec");
+    std::fs::write(&empty, b"").unwrap();
+    let (ok, err) = report(&empty, &[]);
+    assert!(
+        !ok && err.lines().count() == 1 && err.contains("not a leakscope recording"),
+        "{err}"
+    );
+    // A flipped bit inside a frame: the frames before it are reported, with one warning.
+    let sample =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings/leaky-5-sessions.lsrec");
+    let mut bytes = std::fs::read(&sample).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    let flipped = scratch("flipped.lsrec");
+    std::fs::write(&flipped, &bytes).unwrap();
+    let (ok, err) = report(&flipped, &[]);
+    assert!(ok, "{err}");
+    assert!(
+        err.lines().count() == 1 && err.contains("checksum"),
+        "{err}"
+    );
+    // A flipped bit in the header.
+    let mut header = std::fs::read(&sample).unwrap();
+    header[20] ^= 0xff;
+    let bad_header = scratch("bad-header.lsrec");
+    std::fs::write(&bad_header, &header).unwrap();
+    let (ok, err) = report(&bad_header, &[]);
+    assert!(!ok && err.lines().count() == 1, "{err}");
+    // A rules file with a syntax error names the file and the place, in one line.
+    let rules = scratch("bad-rules.toml");
+    std::fs::write(&rules, "[[rule]\ncategory = \"other\"\n").unwrap();
+    let (ok, err) = report(&sample, &["--rules", rules.to_str().unwrap()]);
+    assert!(!ok && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("bad-rules.toml") && err.contains("line 1"),
+        "{err}"
+    );
+    // A malformed dhat-heap.json.
+    let dhat = scratch("dhat-heap.json");
+    std::fs::write(&dhat, "{\"dhatFileVersion\": 2, \"pps\": [").unwrap();
+    let (ok, err) = leakscope(&["dhat".as_ref(), dhat.as_os_str()]);
+    assert!(!ok && err.lines().count() == 1, "{err}");
+}

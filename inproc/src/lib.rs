@@ -46,6 +46,12 @@
 //!   *after* it is made, so a reused address never appears live twice.
 //! * Stacks are walked by frame pointer (build with `-C force-frame-pointers=yes`),
 //!   within the thread's stack bounds.
+//! * **Not the application's.** What the recorder, its writer thread and the
+//!   session layer allocate for themselves comes straight from `System`: it is
+//!   neither recorded nor counted by dhat.
+//! * **fork.** A child forked without `exec` stops recording at once (it has no
+//!   writer thread, and the buffer's lock may be held by a thread it does not
+//!   have); the recording is the parent's.
 //!
 //! Sessions come from `tracing` spans ([`SessionLayer`]): the application's
 //! `mcp_session` span (field `session_id`) around session creation, and rmcp's own
@@ -60,4 +66,4 @@ mod stack;
 
 pub use alloc::Alloc;
 pub use layer::SessionLayer;
-pub use recorder::{Guard, Recorder, start};
+pub use recorder::{Guard, Recorder, is_recording, start};

@@ -182,6 +182,27 @@ pub(crate) fn quietly<R>(f: impl FnOnce() -> R) -> R {
     untracked(f).0
 }
 
+/// A child forked without `exec` has no writer thread, and the buffer's lock may
+/// have been held by a thread that does not exist in the child: recording there
+/// would deadlock or fill a buffer nobody drains. The child stops recording at
+/// once (the recording stays the parent's); registered once per process.
+fn stop_recording_in_forked_children() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    extern "C" fn in_child() {
+        ACTIVE.store(false, Ordering::SeqCst);
+    }
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    });
+}
+
+/// True while this process records (a [`Recorder`] runs, and this is not a
+/// child forked from the recording process).
+pub fn is_recording() -> bool {
+    ACTIVE.load(Ordering::SeqCst)
+}
+
 /// A running recorder; [`finish`](Self::finish) (or drop) writes the end and joins the writer.
 pub struct Recorder {
     stop: Arc<AtomicBool>,
@@ -235,6 +256,9 @@ impl Recorder {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        // A new recording starts its own count of dropped events.
+        shared.lost.store(0, Ordering::SeqCst);
+        stop_recording_in_forked_children();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
         // Allocated here, so the recorder's memory is all taken before start returns.

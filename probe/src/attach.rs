@@ -31,6 +31,9 @@ const DRAIN_EVERY: Duration = Duration::from_millis(20);
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// How often drop counters, progress and the target's liveness are checked.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// Records handled per drain tick at most: a target producing events as fast as
+/// they are read must not starve the signal, deadline and liveness checks.
+const DRAIN_BATCH: usize = 1 << 16;
 
 pub struct AttachOptions {
     pub pid: u32,
@@ -141,7 +144,17 @@ pub async fn attach(
         probes: loaded.attached,
     });
 
-    let end = record_until_stopped(&mut loaded, &mut capture, &options, &mut on_event).await?;
+    // One tally of the kernel's drop counters for the whole run: the final read
+    // after detach writes only what grew since the last periodic one.
+    let mut lost_seen = LostCounters::default();
+    let end = record_until_stopped(
+        &mut loaded,
+        &mut capture,
+        &options,
+        &mut lost_seen,
+        &mut on_event,
+    )
+    .await?;
 
     // Detach first so nothing new arrives, then take what is still buffered.
     let Loaded {
@@ -154,7 +167,6 @@ pub async fn attach(
     while let Some(item) = events.next() {
         capture.handle(&item)?;
     }
-    let mut lost_seen = [0u64; LOST_REASONS as usize];
     write_lost(&lost, &mut lost_seen, &mut capture)?;
     let stats = capture.stats;
     capture.writer.finish(Record::End {
@@ -168,6 +180,7 @@ async fn record_until_stopped<W: Write>(
     loaded: &mut Loaded,
     capture: &mut Capture<W>,
     options: &AttachOptions,
+    lost_seen: &mut LostCounters,
     on_event: &mut impl FnMut(AttachEvent<'_>),
 ) -> Result<EndReason> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -180,7 +193,6 @@ async fn record_until_stopped<W: Write>(
         .duration
         .map(|d| tokio::time::Instant::now() + d)
         .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400));
-    let mut lost_seen = [0u64; LOST_REASONS as usize];
     let mut last = (Instant::now(), 0u64);
     loop {
         tokio::select! {
@@ -188,13 +200,14 @@ async fn record_until_stopped<W: Write>(
             _ = term.recv() => return Ok(EndReason::Interrupted),
             _ = tokio::time::sleep_until(deadline) => return Ok(EndReason::Duration),
             _ = drain.tick() => {
-                while let Some(item) = loaded.events.next() {
+                for _ in 0..DRAIN_BATCH {
+                    let Some(item) = loaded.events.next() else { break };
                     capture.handle(&item)?;
                 }
             }
             _ = flush.tick() => capture.writer.flush()?,
             _ = slow.tick() => {
-                write_lost(&loaded.lost, &mut lost_seen, capture)?;
+                write_lost(&loaded.lost, lost_seen, capture)?;
                 let stats = capture.stats;
                 let rate = (stats.events - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), stats.events);
@@ -207,32 +220,53 @@ async fn record_until_stopped<W: Write>(
     }
 }
 
+/// What the kernel's cumulative drop counters said last time.
+#[derive(Debug, Default)]
+pub struct LostCounters {
+    seen: [u64; LOST_REASONS as usize],
+}
+
+impl LostCounters {
+    /// What grew since the last call, given the counters' cumulative `totals`.
+    pub fn deltas(&mut self, totals: [u64; LOST_REASONS as usize]) -> Vec<(LostReason, u64)> {
+        let mut grown = Vec::new();
+        for reason in LostReason::ALL {
+            let index = reason as usize;
+            let delta = totals[index].saturating_sub(self.seen[index]);
+            if delta > 0 {
+                self.seen[index] = totals[index];
+                grown.push((reason, delta));
+            }
+        }
+        grown
+    }
+}
+
 /// Appends a `Lost` record for every drop counter that grew since the last call.
 fn write_lost<W: Write>(
     lost: &aya::maps::PerCpuArray<aya::maps::MapData, u64>,
-    seen: &mut [u64; LOST_REASONS as usize],
+    seen: &mut LostCounters,
     capture: &mut Capture<W>,
 ) -> Result<()> {
+    let mut totals = [0u64; LOST_REASONS as usize];
     for reason in LostReason::ALL {
-        let index = reason as usize;
-        let total: u64 = lost.get(&(index as u32), 0)?.iter().sum();
-        let delta = total.saturating_sub(seen[index]);
-        if delta > 0 {
-            seen[index] = total;
-            if reason != LostReason::Stack {
-                capture.stats.lost += delta;
-            }
-            capture.writer.push(Record::Lost {
-                ts: monotonic_ns(),
-                reason: reason.into(),
-                count: delta,
-            })?;
+        totals[reason as usize] = lost.get(&(reason as u32), 0)?.iter().sum();
+    }
+    for (reason, delta) in seen.deltas(totals) {
+        if reason != LostReason::Stack {
+            capture.stats.lost += delta;
         }
+        capture.writer.push(Record::Lost {
+            ts: monotonic_ns(),
+            reason: reason.into(),
+            count: delta,
+        })?;
     }
     Ok(())
 }
 
-/// Root, or both CAP_BPF (39) and CAP_PERFMON (38) in the effective set.
+/// Root, or CAP_BPF (39) and CAP_PERFMON (38), or CAP_SYS_ADMIN (21, which
+/// kernels before 5.8 require and later ones still accept) in the effective set.
 fn check_privileges() -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -244,9 +278,35 @@ fn check_privileges() -> Result<()> {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .unwrap_or(0);
-    let needed = (1u64 << 39) | (1u64 << 38);
-    if effective & needed != needed {
-        bail!("attaching needs root, or CAP_BPF and CAP_PERFMON (try sudo)");
+    let bpf_and_perfmon = (1u64 << 39) | (1u64 << 38);
+    let sys_admin = 1u64 << 21;
+    if effective & bpf_and_perfmon != bpf_and_perfmon && effective & sys_admin == 0 {
+        bail!("attaching needs root, or CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN (try sudo)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The final read after detach must not count again what the periodic
+    /// reads already wrote (it used to start from zero and double the total).
+    #[test]
+    fn lost_counters_report_only_growth() {
+        let mut seen = LostCounters::default();
+        assert_eq!(
+            seen.deltas([5, 0, 2]),
+            vec![(LostReason::RingFull, 5), (LostReason::Stack, 2)]
+        );
+        assert_eq!(
+            seen.deltas([5, 0, 2]),
+            vec![],
+            "nothing new, nothing written"
+        );
+        assert_eq!(
+            seen.deltas([7, 1, 2]),
+            vec![(LostReason::RingFull, 2), (LostReason::PendingFull, 1)]
+        );
+    }
 }

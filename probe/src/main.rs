@@ -72,7 +72,8 @@ enum Command {
 #[tokio::main]
 async fn main() {
     if let Err(e) = run(Cli::parse()).await {
-        eprintln!("leakscope-probe: {e:#}");
+        // One line, whatever the error's source printed.
+        eprintln!("leakscope-probe: {}", format!("{e:#}").replace('\n', " "));
         std::process::exit(1);
     }
 }
@@ -91,8 +92,10 @@ async fn run(cli: Cli) -> Result<()> {
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
                 bail!("--out must name a .lsrec file (got {})", out.display());
             }
-            if !ring_buffer_mib.is_power_of_two() {
-                bail!("--ring-buffer-mib must be a power of two (got {ring_buffer_mib})");
+            if !ring_buffer_mib.is_power_of_two() || ring_buffer_mib > MAX_RING_BUFFER_MIB {
+                bail!(
+                    "--ring-buffer-mib must be a power of two from 1 to {MAX_RING_BUFFER_MIB} (got {ring_buffer_mib})"
+                );
             }
             let preset = match preset {
                 Some(path) => Preset::load(&path)?,
@@ -147,6 +150,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Dump { file } => leakscope_recording::dump(&file, std::io::stdout().lock()),
     }
 }
+
+/// The largest ring buffer: 2 GiB is the kernel's limit for a BPF ring buffer
+/// and the most a u32 byte count holds.
+const MAX_RING_BUFFER_MIB: u32 = 1024;
 
 /// The scopes the session model cannot do without.
 const REQUIRED_SCOPES: [ScopeKind; 4] = [

@@ -47,3 +47,52 @@ fn attach_refuses_an_output_that_is_not_lsrec() {
     assert!(!ok);
     assert!(err.contains(".lsrec"), "{err}");
 }
+
+#[test]
+fn a_preset_with_a_syntax_error_is_one_line_naming_the_place() {
+    let path = std::env::temp_dir().join(format!("bad-preset-{}.toml", std::process::id()));
+    std::fs::write(&path, "name = \"x\"\n[[scope]\nkind = 1\n").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let (ok, err) = probe(&[
+        "preset-check",
+        "--exe",
+        exe.to_str().unwrap(),
+        "--preset",
+        path.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is not a valid preset") && err.contains("line 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_preset_that_matches_nothing_says_which_scopes() {
+    // This test binary has no rmcp in it: every required scope is missing.
+    let exe = std::env::current_exe().unwrap();
+    let (ok, err) = probe(&["preset-check", "--exe", exe.to_str().unwrap()]);
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no function matches session-create"), "{err}");
+}
+
+#[test]
+fn attach_to_a_kernel_thread_is_a_one_line_error() {
+    // pid 2 is kthreadd on Linux: no executable, no user memory.
+    let (ok, err) = probe(&["attach", "--pid", "2", "--out", "/tmp/never.lsrec"]);
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("kernel thread") || err.contains("needs root"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_oversized_ring_buffer_is_refused_not_wrapped() {
+    let (ok, err) = probe(&["attach", "--pid", "1", "--ring-buffer-mib", "4096"]);
+    assert!(!ok);
+    assert!(err.contains("from 1 to 1024"), "{err}");
+}

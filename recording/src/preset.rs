@@ -80,12 +80,27 @@ impl Preset {
     }
 
     pub fn parse(text: &str) -> Result<Self> {
-        Ok(toml::from_str(text)?)
+        toml::from_str(text).map_err(|e| toml_error(text, &e))
     }
 
     /// The span rule for a span named `name`, if the preset has one.
     pub fn span(&self, name: &str) -> Option<&SpanRule> {
         self.spans.iter().find(|s| s.name == name)
+    }
+}
+
+/// A TOML error as one line: `line L, column C: what`. (toml's own Display draws
+/// a multi-line snippet; errors here are one line.)
+pub fn toml_error(text: &str, error: &toml::de::Error) -> anyhow::Error {
+    let message = error.message().trim().replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            anyhow::anyhow!("line {line}, column {column}: {message}")
+        }
+        None => anyhow::anyhow!("{message}"),
     }
 }
 
@@ -106,6 +121,15 @@ mod tests {
         }
         assert!(preset.spans.iter().any(|s| s.worker), "a worker span");
         assert!(!preset.events.is_empty(), "the session-created event");
+    }
+
+    #[test]
+    fn syntax_errors_are_one_line_with_their_place() {
+        let err = Preset::parse("name = \"x\"\n[[scope]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.starts_with("line 2, column"), "{err}");
     }
 
     #[test]
