@@ -183,6 +183,12 @@ pub enum AllocCall {
 }
 
 /// State kept between an allocation function's entry and its return, per thread.
+///
+/// Only the outermost call of a thread is recorded: an allocator function that
+/// calls another probed one (glibc's `realloc(NULL, n)` calls `malloc`, musl's
+/// `aligned_alloc` calls `malloc`, a `malloc` in a signal handler) only counts
+/// `depth` up and down, so the outer call's state is never overwritten and its
+/// block is recorded with the address the caller really got.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct PendingAlloc {
@@ -190,7 +196,8 @@ pub struct PendingAlloc {
     /// realloc: the old block; posix_memalign: where the result will be written.
     pub ptr_arg: u64,
     pub call: u32,
-    pub _pad: u32,
+    /// Probed allocator calls in progress inside this one on the same thread.
+    pub depth: u32,
 }
 
 #[cfg(test)]

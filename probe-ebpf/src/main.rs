@@ -67,15 +67,23 @@ mod programs {
         bpf_get_current_pid_tgid() as u32
     }
 
+    /// Remembers an allocation call at its entry; a call nested inside one in
+    /// progress on this thread only deepens it (see `PendingAlloc`).
     #[inline(always)]
     fn remember(call: AllocCall, size: u64, ptr_arg: u64) {
+        let tid = tid();
+        if let Some(outer) = PENDING.get_ptr_mut(&tid) {
+            // SAFETY: this thread's own slot; only this thread touches it.
+            unsafe { (*outer).depth += 1 };
+            return;
+        }
         let pending = PendingAlloc {
             size,
             ptr_arg,
             call: call as u32,
-            _pad: 0,
+            depth: 0,
         };
-        if PENDING.insert(tid(), pending, 0).is_err() {
+        if PENDING.insert(tid, pending, 0).is_err() {
             count_lost(LostReason::PendingFull);
         }
     }
@@ -128,12 +136,20 @@ mod programs {
         0
     }
 
-    /// Pops the pending call if it is one that `accepts`.
+    /// Pops the pending call if this return is the outermost call's and it is
+    /// one that `accepts`; a nested call's return only makes it shallower.
     #[inline(always)]
     fn take_pending(accepts: fn(u32) -> bool) -> Option<PendingAlloc> {
         let tid = tid();
-        // SAFETY: the value is copied out before the entry is removed.
-        let pending = unsafe { PENDING.get(&tid) }.copied()?;
+        let slot = PENDING.get_ptr_mut(&tid)?;
+        // SAFETY: this thread's own slot; the value is copied out before removal.
+        let pending = unsafe {
+            if (*slot).depth > 0 {
+                (*slot).depth -= 1;
+                return None;
+            }
+            *slot
+        };
         if !accepts(pending.call) {
             return None;
         }
