@@ -205,6 +205,9 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         (Tail::Clean, None) => "no end record (the producer was stopped abruptly)".into(),
     };
     let _ = writeln!(md, "- recording: {ending}");
+    for warning in &timeline.warnings {
+        let _ = writeln!(md, "- warning: {warning}");
+    }
     for probe in &h.settings.scope_probes {
         let _ = writeln!(md, "- lifecycle probe: `{probe}`");
     }

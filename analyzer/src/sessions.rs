@@ -183,6 +183,18 @@ impl SessionTracker {
         Some(session)
     }
 
+    /// Records were lost: a lost scope exit would leave a thread inside a birth
+    /// window or a worker poll for the rest of the recording, charging whatever
+    /// it allocates later to that session. Forget what each thread is inside;
+    /// the next scope entries set it right again.
+    pub fn forget_threads(&mut self) {
+        self.birth_window.clear();
+        self.create_depth.clear();
+        self.spawn_depth.clear();
+        self.polls.clear();
+        self.orphans.clear();
+    }
+
     /// The block at `addr` was freed: it can no longer contain anything.
     pub fn free(&mut self, addr: u64) {
         self.birth_blocks.remove(&addr);
@@ -470,6 +482,21 @@ mod tests {
         // The worker's poll points into the task allocated by the spawn.
         t.scope(5, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x2008);
         assert_eq!(t.alloc(1, 0x4000, 8, Category::Other), Some(0));
+    }
+
+    #[test]
+    fn a_loss_ends_what_each_thread_was_inside() {
+        let mut t = SessionTracker::default();
+        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap), Some(0));
+        t.scope(2, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1000);
+        // The exits of both were among the lost records.
+        t.forget_threads();
+        assert_eq!(t.alloc(1, 0x2000, 8, Category::Other), None);
+        assert_eq!(t.alloc(2, 0x3000, 8, Category::Other), None);
+        // Containment still links the next poll.
+        t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
+        assert_eq!(t.alloc(2, 0x4000, 8, Category::Other), Some(0));
     }
 
     #[test]

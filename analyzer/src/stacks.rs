@@ -63,6 +63,11 @@ impl Stacks {
         self.symbolizer.stack(&ips)
     }
 
+    /// Files a stack needed that could not be used for names, with why.
+    pub fn unmatched_files(&self) -> &std::collections::BTreeMap<String, String> {
+        self.symbolizer.unmatched()
+    }
+
     /// The index in `frames` of the frame whose rule decided the category.
     pub fn decided_by(&self, frames: &[Frame]) -> Option<usize> {
         self.rules

@@ -50,6 +50,9 @@ pub struct Summary {
     pub findings: Vec<Finding>,
     /// Lifecycle signals the recording lacks, and what the verdict cannot claim.
     pub missing_signals: Vec<String>,
+    /// What else limits the figures (a torn recording, files that could not be
+    /// matched for symbols).
+    pub warnings: Vec<String>,
     pub verdict_kind: VerdictKind,
     pub verdict: String,
 }
@@ -262,6 +265,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         top_sites,
         findings: findings(timeline),
         missing_signals: timeline.missing_signals.clone(),
+        warnings: timeline.warnings.clone(),
         verdict_kind: VerdictKind::Undecided,
         verdict: String::new(),
     };

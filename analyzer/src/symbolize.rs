@@ -3,8 +3,13 @@
 //! Each address is turned into (file, file offset) with the recorded `Mapping`s,
 //! so symbolization needs the same files, not the live process. blazesym reads
 //! the symbols and DWARF (inline frames included); results are cached per address.
+//!
+//! A file is used only if it is the one the target ran: when the recording has
+//! its build-id, the file here must have the same one. A rebuilt binary would
+//! otherwise give wrong names, so wrong categories and a wrong verdict; its
+//! frames stay addresses and [`Symbolizer::unmatched`] says which files.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Source};
@@ -24,6 +29,10 @@ pub struct Symbolizer {
     mappings: Vec<Mapping>,
     blaze: Blaze,
     cache: HashMap<u64, Vec<Frame>>,
+    /// Per file: why it cannot be used (`None`: it can).
+    files: HashMap<String, Option<String>>,
+    /// Files that could not be used and that a stack needed, with why.
+    unmatched: BTreeMap<String, String>,
 }
 
 impl Default for Symbolizer {
@@ -38,16 +47,34 @@ impl Symbolizer {
             mappings: Vec::new(),
             blaze: Blaze::new(),
             cache: HashMap::new(),
+            files: HashMap::new(),
+            unmatched: BTreeMap::new(),
         }
     }
 
     pub fn add_mapping(&mut self, mapping: Mapping) {
+        self.files
+            .entry(mapping.path.clone())
+            .or_insert_with(|| check_file(&mapping));
         self.mappings.push(mapping);
+    }
+
+    /// Files a stack needed that could not be used, each with why ("not found
+    /// here", "build-id differs"): their frames are addresses.
+    pub fn unmatched(&self) -> &BTreeMap<String, String> {
+        &self.unmatched
     }
 
     /// Frames for one return address, innermost (inlined) first.
     pub fn frames(&mut self, ip: u64) -> &[Frame] {
         if !self.cache.contains_key(&ip) {
+            if let Some(mapping) = self.mappings.iter().find(|m| m.contains(ip))
+                && let Some(Some(why)) = self.files.get(&mapping.path)
+            {
+                self.unmatched
+                    .entry(mapping.path.clone())
+                    .or_insert_with(|| why.clone());
+            }
             let frames = self.resolve(ip);
             self.cache.insert(ip, frames);
         }
@@ -71,7 +98,7 @@ impl Symbolizer {
         let Some(mapping) = self.mappings.iter().find(|m| m.contains(ip)) else {
             return unknown();
         };
-        if !Path::new(&mapping.path).exists() {
+        if !matches!(self.files.get(&mapping.path), Some(None)) {
             return unknown();
         }
         // A return address points just past the call: look one byte back.
@@ -102,6 +129,24 @@ impl Symbolizer {
             }
             _ => unknown(),
         }
+    }
+}
+
+/// Why the file behind `mapping` cannot be used here, or `None` when it can.
+fn check_file(mapping: &Mapping) -> Option<String> {
+    let path = Path::new(&mapping.path);
+    if !path.exists() {
+        return Some("not found here".into());
+    }
+    let recorded = mapping.build_id.as_deref()?;
+    match leakscope_recording::target::build_id_of(path) {
+        Some(found) if found == recorded => None,
+        Some(found) => Some(format!(
+            "its build-id {found} differs from the recorded {recorded} (rebuilt or replaced since)"
+        )),
+        None => Some(format!(
+            "it has no build-id; the recorded one is {recorded}"
+        )),
     }
 }
 
@@ -136,5 +181,25 @@ mod tests {
             "0x10",
             "unknown addresses stay addresses"
         );
+        assert!(symbolizer.unmatched().is_empty());
+    }
+
+    /// A file whose build-id is not the recorded one (the binary was rebuilt
+    /// after the recording) is not used: its frames stay addresses, and why is said.
+    #[test]
+    fn a_rebuilt_binary_is_not_used_for_names() {
+        let target = leakscope_recording::target::Target::inspect(std::process::id()).unwrap();
+        let mut symbolizer = Symbolizer::new();
+        for mut mapping in target.mappings {
+            if mapping.path == target.exe {
+                mapping.build_id = Some("00112233".into());
+            }
+            symbolizer.add_mapping(mapping);
+        }
+        let ip = a_function_to_find as *const () as u64 + 2;
+        let frames = symbolizer.frames(ip).to_vec();
+        assert!(frames[0].function.starts_with("0x"), "{frames:?}");
+        let why = &symbolizer.unmatched()[&target.exe];
+        assert!(why.contains("differs from the recorded 00112233"), "{why}");
     }
 }

@@ -149,7 +149,14 @@ impl Builder {
                 self.clock(ts);
                 self.sessions.scope(ts, tid, kind, phase, arg);
             }
-            Record::Lost { reason, count, .. } => *self.lost.entry(reason).or_default() += count,
+            Record::Lost { reason, count, .. } => {
+                *self.lost.entry(reason).or_default() += count;
+                // Lost records may include scope exits (a stack that could not be
+                // captured loses no record).
+                if reason != LostReason::Stack {
+                    self.sessions.forget_threads();
+                }
+            }
             Record::End { ts, reason } => {
                 self.clock(ts);
                 self.end_reason = Some(reason);
@@ -256,6 +263,11 @@ impl Builder {
         if let Tail::Torn { offset, reason } = &tail {
             warnings.push(format!(
                 "the recording is truncated at byte {offset} ({reason}); reporting its readable prefix"
+            ));
+        }
+        for (file, why) in self.stacks.unmatched_files() {
+            warnings.push(format!(
+                "{file} is not the file the target ran ({why}): its frames stay addresses, so categories and sites that need them are unknown"
             ));
         }
         Timeline {

@@ -37,7 +37,7 @@ impl Target {
             };
             let build_id = build_ids
                 .entry(region.path.clone())
-                .or_insert_with(|| read_build_id(&host_path(pid, &region.path)))
+                .or_insert_with(|| read_build_id(&region_file(pid, &region)))
                 .clone();
             mappings.push(Mapping { build_id, ..region });
         }
@@ -53,8 +53,20 @@ impl Target {
         })
     }
 
-    /// A path to `path` as the target sees it, openable from here (works across mount namespaces).
+    /// A path to `path` as the target sees it, openable from here: through
+    /// `/proc/PID/root` (so a containerized target gets its own files, not the
+    /// host's), and, for a file deleted or replaced since the target mapped it (an
+    /// in-place upgrade: `/srv/app (deleted)`), the mapped file itself through
+    /// `/proc/PID/exe` or `/proc/PID/map_files`.
     pub fn host_path(&self, path: &str) -> PathBuf {
+        if path.ends_with(DELETED) {
+            if path == self.exe {
+                return PathBuf::from(format!("/proc/{}/exe", self.pid));
+            }
+            if let Some(region) = self.mappings.iter().find(|m| m.path == path) {
+                return region_file(self.pid, region);
+            }
+        }
         host_path(self.pid, path)
     }
 
@@ -80,6 +92,21 @@ pub fn is_alive(pid: u32) -> bool {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
+    }
+}
+
+/// What `/proc/PID/maps` appends to the path of a file removed since it was mapped.
+const DELETED: &str = " (deleted)";
+
+/// The file behind one mapped region, openable from here.
+fn region_file(pid: u32, region: &Mapping) -> PathBuf {
+    if region.path.ends_with(DELETED) {
+        PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            region.start, region.end
+        ))
+    } else {
+        host_path(pid, &region.path)
     }
 }
 
@@ -142,6 +169,12 @@ pub fn crate_version(data: &[u8], name: &str) -> Option<String> {
 /// Lowercase hex of `bytes` (build-ids).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The GNU build-id of the ELF file at `path`, hex; `None` when it has none or
+/// cannot be read.
+pub fn build_id_of(path: &Path) -> Option<String> {
+    read_build_id(path)
 }
 
 fn read_build_id(path: &Path) -> Option<String> {
