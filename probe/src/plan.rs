@@ -7,7 +7,11 @@
 //!   passes through `__rust_alloc` *and* `malloc`; probing libc alone counts it once
 //!   and also sees C allocations.
 //! * **Rust shims**: the binary has its own `#[global_allocator]` (`__rg_alloc`), so
-//!   libc would miss most allocations; we probe `__rust_alloc` and friends instead.
+//!   libc would miss most allocations; we probe `__rust_alloc` and friends instead,
+//!   under either spelling rustc has used (`__rustc::__rust_alloc`, `__rust_alloc`).
+//! * **A malloc replacement**: a library other than libc that defines `malloc`
+//!   (jemalloc, mimalloc, tcmalloc; `LD_PRELOAD`ed or linked) serves `malloc`
+//!   instead of libc, so its malloc family is the one probed.
 
 use std::path::PathBuf;
 
@@ -79,24 +83,67 @@ const LIBC_HOOKS: &[AllocHook] = &[
     (program::FREE_ENTER, "", "free"),
 ];
 
+/// Without their `__rustc::` prefix: see [`RUST_SHIM_SPELLINGS`].
 const RUST_HOOKS: &[AllocHook] = &[
+    (program::MALLOC_ENTER, program::MALLOC_EXIT, "__rust_alloc"),
     (
         program::MALLOC_ENTER,
         program::MALLOC_EXIT,
-        "__rustc::__rust_alloc",
-    ),
-    (
-        program::MALLOC_ENTER,
-        program::MALLOC_EXIT,
-        "__rustc::__rust_alloc_zeroed",
+        "__rust_alloc_zeroed",
     ),
     (
         program::RUST_REALLOC_ENTER,
         program::REALLOC_EXIT,
-        "__rustc::__rust_realloc",
+        "__rust_realloc",
     ),
-    (program::FREE_ENTER, "", "__rustc::__rust_dealloc"),
+    (program::FREE_ENTER, "", "__rust_dealloc"),
 ];
+
+/// Prefixes rustc has given the allocator shims' names: `__rustc::__rust_alloc`
+/// (recent, v0-mangled into the `__rustc` crate) and a bare `__rust_alloc`.
+const RUST_SHIM_SPELLINGS: [&str; 2] = ["__rustc::", ""];
+
+/// The allocator function `name` in `symbols`, under any spelling it may have.
+fn allocator_function<'a>(
+    symbols: &'a ElfSymbols,
+    name: &str,
+    layer: AllocLayer,
+) -> Option<&'a Function> {
+    if layer == AllocLayer::RustShims {
+        RUST_SHIM_SPELLINGS
+            .iter()
+            .find_map(|prefix| symbols.named(&format!("{prefix}{name}")))
+    } else {
+        symbols.named(name)
+    }
+}
+
+/// Libraries that are the platform's, never a malloc replacement.
+const PLATFORM_LIBRARIES: [&str; 4] = ["libc.so", "libc-", "ld-linux", "ld-musl"];
+
+/// A mapped library other than libc that defines `malloc` and `free`: it serves
+/// the process's `malloc` (an `LD_PRELOAD`ed or linked jemalloc, mimalloc, tcmalloc).
+fn malloc_replacement(target: &Target) -> Option<(String, ElfSymbols)> {
+    let mut seen: Vec<&str> = Vec::new();
+    for mapping in &target.mappings {
+        let path = mapping.path.as_str();
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if path == target.exe
+            || seen.contains(&path)
+            || PLATFORM_LIBRARIES.iter().any(|p| name.starts_with(p))
+        {
+            continue;
+        }
+        seen.push(path);
+        let Ok(symbols) = ElfSymbols::load(&target.host_path(path)) else {
+            continue;
+        };
+        if symbols.named("malloc").is_some() && symbols.named("free").is_some() {
+            return Some((path.to_owned(), symbols));
+        }
+    }
+    None
+}
 
 /// Replaces every program with a no-op at the same place and drops scope probes:
 /// what a uprobe costs before our code runs (the benchmark's floor).
@@ -117,7 +164,7 @@ pub fn bare(mut plan: Plan) -> Plan {
 pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<Plan> {
     let exe_path = target.host_path(&target.exe);
     let custom_allocator = exe.has_function("*__rg_alloc");
-    let has_rust_shims = exe.named("__rustc::__rust_alloc").is_some();
+    let has_rust_shims = allocator_function(exe, "__rust_alloc", AllocLayer::RustShims).is_some();
     let exe_defines_malloc = exe.named("malloc").is_some();
     let libc = target
         .mapped_library("libc.so")
@@ -138,6 +185,15 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
                 LIBC_HOOKS,
                 None,
             )
+        } else if let Some((library, symbols)) = malloc_replacement(target) {
+            (
+                AllocLayer::Libc,
+                format!(
+                    "malloc is served by {library}, a malloc replacement (LD_PRELOAD or linked), not libc: its malloc family is probed"
+                ),
+                LIBC_HOOKS,
+                Some(symbols),
+            )
         } else if let Some(libc) = libc {
             let symbols = ElfSymbols::load(&target.host_path(libc))?;
             (
@@ -157,7 +213,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             )
         } else {
             bail!(
-                "pid {} is not dynamically linked to a libc we can probe and has no Rust allocator symbols (__rust_alloc)",
+                "pid {}: found no allocator to probe: no libc or malloc replacement is mapped, the executable defines no malloc, and it has no Rust allocator shims (__rust_alloc under any spelling; a stripped static binary has none)",
                 target.pid
             );
         };
@@ -169,7 +225,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     let mut probes = Vec::new();
     let mut seen_offsets = Vec::new();
     for &(enter, exit, name) in hooks {
-        let Some(function) = alloc_symbols.named(name) else {
+        let Some(function) = allocator_function(alloc_symbols, name, layer) else {
             continue;
         };
         // memalign and aligned_alloc are one function in glibc: probe it once.
