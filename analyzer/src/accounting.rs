@@ -151,6 +151,11 @@ impl Accounting {
         self.live_by_category[block.category] += block.size;
     }
 
+    /// When the live block at `addr` was allocated, if one is.
+    pub fn allocated_at(&self, addr: u64) -> Option<u64> {
+        self.live.get(&addr).map(|b| b.ts)
+    }
+
     /// A live block with no owner turned out to be `key`'s (learned after its
     /// allocation): charge it to the session.
     pub fn adopt(&mut self, addr: u64, key: SessionKey) {

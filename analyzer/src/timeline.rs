@@ -122,11 +122,17 @@ impl Builder {
                 new,
                 size,
                 stack,
+                entry_ts,
             } => {
                 self.clock(ts);
                 // The old block is gone when realloc succeeded (moved or resized in
                 // place: re-added below) or was realloc(p, 0); a failure keeps it.
-                let resized = if old != 0 && (new != 0 || size == 0) {
+                // It is this realloc's block only if it was allocated before the
+                // realloc began: another thread may have been handed the address
+                // in between (the realloc freed it inside), and that block lives.
+                let ours =
+                    entry_ts == 0 || self.books.allocated_at(old).is_none_or(|at| at <= entry_ts);
+                let resized = if old != 0 && (new != 0 || size == 0) && ours {
                     self.free(ts, old)
                 } else {
                     None
@@ -438,6 +444,54 @@ mod tests {
         assert_eq!(session.retained, 100, "the task block outlived its worker");
         assert_eq!(timeline.categories[Category::Other].live_at_end, 107);
         assert_eq!(timeline.worker_ends_s, vec![2.0]);
+    }
+
+    /// realloc frees its old block inside the call: another thread can be handed
+    /// that address before the realloc's record; the late free must not delete
+    /// the other thread's live block.
+    #[test]
+    fn a_reused_address_is_not_freed_by_a_late_realloc() {
+        let records = vec![
+            Record::Alloc {
+                ts: 10,
+                tid: 1,
+                addr: 0x100,
+                size: 64,
+                stack: None,
+            },
+            // Thread 2 gets 0x100 at ts 30, after thread 1's realloc began (20)...
+            Record::Alloc {
+                ts: 30,
+                tid: 2,
+                addr: 0x100,
+                size: 32,
+                stack: None,
+            },
+            // ...and thread 1's realloc (entered at 20) is recorded at 40.
+            Record::Realloc {
+                ts: 40,
+                tid: 1,
+                old: 0x100,
+                new: 0x200,
+                size: 128,
+                stack: None,
+                entry_ts: 20,
+            },
+            Record::End {
+                ts: 50,
+                reason: EndReason::Finished,
+            },
+        ];
+        let mut builder = Builder::new(Rules::builtin(), GRACE, 1_000_000_000);
+        for record in records {
+            builder.push(record);
+        }
+        let timeline = builder.finish(header(), Tail::Clean);
+        assert_eq!(
+            timeline.categories[Category::Other].live_at_end,
+            32 + 128,
+            "thread 2's block and the realloc's new block are both live"
+        );
     }
 
     #[test]

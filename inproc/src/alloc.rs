@@ -2,7 +2,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
-use super::recorder::{RawKind, inside_recorder, record_memory, untracked};
+use super::recorder::{RawKind, inside_recorder, now_ns, record_memory, record_realloc, untracked};
 
 /// `#[global_allocator] static ALLOC: leakscope_inproc::Alloc = leakscope_inproc::Alloc;`
 ///
@@ -58,11 +58,14 @@ unsafe impl GlobalAlloc for Alloc {
             // SAFETY: forwarded contract.
             return unsafe { System.realloc(block, layout, new_size) };
         }
+        // The old block goes back inside realloc: another thread may be handed
+        // its address before this realloc is recorded. The entry time tells.
+        let entered = now_ns();
         // SAFETY: forwarded contract.
         let (new, outermost) =
             untracked(|| unsafe { dhat::Alloc.realloc(block, layout, new_size) });
         if outermost && !new.is_null() {
-            record_memory(RawKind::Realloc, new as u64, block as u64, new_size as u64);
+            record_realloc(new as u64, block as u64, new_size as u64, entered);
         }
         new
     }

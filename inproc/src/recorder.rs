@@ -45,6 +45,8 @@ pub(crate) struct RawEvent {
     addr: u64,
     old: u64,
     size: u64,
+    /// Realloc: when it was entered (see `Record::Realloc::entry_ts`).
+    entry_ts: u64,
     depth: u8,
     frames: [u64; DEPTH],
 }
@@ -127,6 +129,17 @@ fn push(shared: &Shared, event: RawEvent) {
 }
 
 fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
+    event_entered(kind, addr, old, size, with_stack, 0)
+}
+
+fn event_entered(
+    kind: RawKind,
+    addr: u64,
+    old: u64,
+    size: u64,
+    with_stack: bool,
+    entry_ts: u64,
+) -> RawEvent {
     let mut frames = [0u64; DEPTH];
     let depth = if with_stack { walk(&mut frames) } else { 0 };
     RawEvent {
@@ -136,6 +149,7 @@ fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> Raw
         addr,
         old,
         size,
+        entry_ts,
         depth: depth as u8,
         frames,
     }
@@ -144,6 +158,21 @@ fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> Raw
 /// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
     guarded(|shared| push(shared, event(kind, addr, old, size, kind != RawKind::Free)));
+}
+
+/// Called by the allocator after a realloc that was entered at `entry_ts`.
+pub(crate) fn record_realloc(new: u64, old: u64, size: u64, entry_ts: u64) {
+    guarded(|shared| {
+        push(
+            shared,
+            event_entered(RawKind::Realloc, new, old, size, true, entry_ts),
+        )
+    });
+}
+
+/// The clock of every record, for a realloc's entry time.
+pub(crate) fn now_ns() -> u64 {
+    monotonic_ns()
 }
 
 /// Called by the session layer.
@@ -390,6 +419,7 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std
             new: raw.addr,
             size: raw.size,
             stack: writer.stack(frames)?,
+            entry_ts: raw.entry_ts,
         },
         RawKind::Free => Record::Free {
             ts,

@@ -104,6 +104,10 @@ pub struct AllocRecord {
     pub size: u64,
     /// realloc only: the block that was resized (0 for malloc-like calls).
     pub old_addr: u64,
+    /// `bpf_ktime_get_ns()` at the call's entry: a realloc frees `old_addr`
+    /// somewhere between entry and return, and another thread may be handed that
+    /// address before the return is recorded.
+    pub entry_ts_ns: u64,
     /// Bytes of `stack` filled by `bpf_get_stack`, or a negative errno.
     pub stack_bytes: i64,
     /// User return addresses, innermost first (the allocator's caller is first).
@@ -195,6 +199,8 @@ pub struct PendingAlloc {
     pub size: u64,
     /// realloc: the old block; posix_memalign: where the result will be written.
     pub ptr_arg: u64,
+    /// When the outermost call entered.
+    pub entry_ts_ns: u64,
     pub call: u32,
     /// Probed allocator calls in progress inside this one on the same thread.
     pub depth: u32,
@@ -208,7 +214,7 @@ mod tests {
     #[test]
     fn records_are_ring_buffer_friendly() {
         assert_eq!(size_of::<RecordHeader>(), 16);
-        assert_eq!(size_of::<AllocRecord>(), 16 + 8 * 4 + 8 * MAX_STACK_DEPTH);
+        assert_eq!(size_of::<AllocRecord>(), 16 + 8 * 5 + 8 * MAX_STACK_DEPTH);
         assert_eq!(size_of::<FreeRecord>(), 24);
         assert_eq!(size_of::<ScopeRecord>(), 32);
         assert_eq!(align_of::<AllocRecord>(), 8);

@@ -80,6 +80,8 @@ mod programs {
         let pending = PendingAlloc {
             size,
             ptr_arg,
+            // SAFETY: plain helper call.
+            entry_ts_ns: unsafe { bpf_ktime_get_ns() },
             call: call as u32,
             depth: 0,
         };
@@ -175,6 +177,7 @@ mod programs {
             } else {
                 0
             };
+            (*record).entry_ts_ns = pending.entry_ts_ns;
             let filled = bpf_get_stack(
                 ctx.as_ptr(),
                 core::ptr::addr_of_mut!((*record).stack).cast(),

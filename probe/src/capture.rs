@@ -89,6 +89,7 @@ impl<W: Write> Capture<W> {
                 new: record.addr,
                 size,
                 stack,
+                entry_ts: record.entry_ts_ns,
             }
         } else {
             Record::Alloc {

@@ -277,6 +277,10 @@ pub enum Record {
         new: u64,
         size: u64,
         stack: Option<StackId>,
+        /// When the realloc was entered. `old` was freed between then and `ts`, so
+        /// a block another thread got at `old` after `entry_ts` is that thread's,
+        /// not this realloc's. 0 when unknown (format 1).
+        entry_ts: u64,
     },
     Scope {
         ts: u64,

@@ -1,9 +1,120 @@
-//! Older format versions, read into today's types. Only the header changed since
-//! version 1 (records are identical), so only the header has a legacy form here.
+//! Older format versions, read into today's types: version 1's header (the rmcp
+//! version was a note, no missing scopes) and its `realloc` record (no entry time).
 
 use serde::Deserialize;
 
-use crate::event::{AllocLayer, ClockOrigin, Header, Producer, Settings};
+use crate::event::{
+    AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
+    ScopeKind, SessionFact, Settings, StackId,
+};
+
+/// A record of format version 1: as today's, but `Realloc` has no `entry_ts`.
+/// The variants keep their order (postcard encodes the index).
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum RecordV1 {
+    Alloc {
+        ts: u64,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        stack: Option<StackId>,
+    },
+    Free {
+        ts: u64,
+        tid: u32,
+        addr: u64,
+    },
+    Realloc {
+        ts: u64,
+        tid: u32,
+        old: u64,
+        new: u64,
+        size: u64,
+        stack: Option<StackId>,
+    },
+    Scope {
+        ts: u64,
+        tid: u32,
+        kind: ScopeKind,
+        phase: Phase,
+        arg: u64,
+    },
+    Session {
+        ts: u64,
+        tid: u32,
+        fact: SessionFact,
+    },
+    Stack {
+        id: StackId,
+        frames: Vec<u64>,
+    },
+    Mapping(Mapping),
+    Lost {
+        ts: u64,
+        reason: LostReason,
+        count: u64,
+    },
+    End {
+        ts: u64,
+        reason: EndReason,
+    },
+}
+
+impl From<RecordV1> for Record {
+    fn from(v1: RecordV1) -> Self {
+        match v1 {
+            RecordV1::Alloc {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+            } => Record::Alloc {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+            },
+            RecordV1::Free { ts, tid, addr } => Record::Free { ts, tid, addr },
+            RecordV1::Realloc {
+                ts,
+                tid,
+                old,
+                new,
+                size,
+                stack,
+            } => Record::Realloc {
+                ts,
+                tid,
+                old,
+                new,
+                size,
+                stack,
+                entry_ts: 0,
+            },
+            RecordV1::Scope {
+                ts,
+                tid,
+                kind,
+                phase,
+                arg,
+            } => Record::Scope {
+                ts,
+                tid,
+                kind,
+                phase,
+                arg,
+            },
+            RecordV1::Session { ts, tid, fact } => Record::Session { ts, tid, fact },
+            RecordV1::Stack { id, frames } => Record::Stack { id, frames },
+            RecordV1::Mapping(m) => Record::Mapping(m),
+            RecordV1::Lost { ts, reason, count } => Record::Lost { ts, reason, count },
+            RecordV1::End { ts, reason } => Record::End { ts, reason },
+        }
+    }
+}
 
 /// Prefix of the version-1 note that carried the rmcp version.
 const V1_RMCP_NOTE: &str = "rmcp version: ";

@@ -42,8 +42,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// Bumped on any incompatible change of the framing or of [`Header`]/[`Record`].
 ///
 /// * 1: the first format.
-/// * 2: [`Header::rmcp_version`] (was a `rmcp version: X` note) and
-///   [`Settings::missing_scopes`]. Version 1 files still read (see `legacy`).
+/// * 2: [`Header::rmcp_version`] (was a `rmcp version: X` note),
+///   [`Settings::missing_scopes`], `Record::Realloc::entry_ts` and
+///   `SessionFact::Created`. Version 1 files still read (see `legacy`).
 pub const FORMAT_VERSION: u32 = 2;
 
 /// The oldest format version this reader still reads.

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::legacy::HeaderV1;
+use super::legacy::{HeaderV1, RecordV1};
 use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, OLDEST_FORMAT_VERSION, Record};
 
 /// Why a file cannot be read as a recording at all.
@@ -147,7 +147,7 @@ impl<R: Read> RecordingReader<R> {
             Err(e) => Frame::Torn(e.to_string()),
         };
         match frame {
-            Frame::Payload(bytes) => match postcard::from_bytes::<Vec<Record>>(&bytes) {
+            Frame::Payload(bytes) => match decode_records(&bytes, self.version) {
                 Ok(records) => {
                     self.batch = records.into_iter();
                     true
@@ -188,6 +188,15 @@ impl<R: Read> Iterator for RecordingReader<R> {
             }
         }
     }
+}
+
+/// A records frame of a recording of format `version`, as today's [`Record`]s.
+fn decode_records(bytes: &[u8], version: u32) -> Result<Vec<Record>, postcard::Error> {
+    if version == 1 {
+        let records: Vec<RecordV1> = postcard::from_bytes(bytes)?;
+        return Ok(records.into_iter().map(Record::from).collect());
+    }
+    postcard::from_bytes(bytes)
 }
 
 /// The header frame of a recording of format `version`, as today's [`Header`].

@@ -218,6 +218,33 @@ fn reads_format_version_1() {
     bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     bytes.extend_from_slice(&body);
+    // Version 1's realloc had no entry time (variant index 2, as today).
+    #[derive(serde::Serialize)]
+    #[allow(dead_code)]
+    enum RecordV1 {
+        Alloc,
+        Free,
+        Realloc {
+            ts: u64,
+            tid: u32,
+            old: u64,
+            new: u64,
+            size: u64,
+            stack: Option<u32>,
+        },
+    }
+    let realloc = postcard::to_stdvec(&vec![RecordV1::Realloc {
+        ts: 9,
+        tid: 7,
+        old: 0x10,
+        new: 0x20,
+        size: 48,
+        stack: None,
+    }])
+    .unwrap();
+    bytes.extend_from_slice(&(realloc.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&realloc).to_le_bytes());
+    bytes.extend_from_slice(&realloc);
 
     let reader = RecordingReader::new(&bytes[..], Path::new("v1.lsrec")).unwrap();
     assert_eq!(reader.format_version(), 1);
@@ -228,7 +255,17 @@ fn reads_format_version_1() {
         vec!["free probed at 0x9".to_string()]
     );
     assert!(header.settings.missing_scopes.is_empty());
-    assert_eq!(records, sample(2));
+    let mut expected = sample(2);
+    expected.push(Record::Realloc {
+        ts: 9,
+        tid: 7,
+        old: 0x10,
+        new: 0x20,
+        size: 48,
+        stack: None,
+        entry_ts: 0,
+    });
+    assert_eq!(records, expected);
     assert_eq!(tail, Tail::Clean);
     let mut older = bytes.clone();
     older[8..12].copy_from_slice(&0u32.to_le_bytes());
