@@ -313,7 +313,7 @@ mod tests {
         let s = 1_000_000_000;
         let mut sessions = SessionTracker::default();
         sessions.scope(0, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        let key = sessions.alloc(1, 0x1000, 100, Category::Other);
+        let key = sessions.alloc(1, 0x1000, 100, Category::Other, false);
         let mut books = Accounting::new(s, s);
         books.tick(0);
         books.alloc(0x1000, block(100, key));

@@ -83,7 +83,8 @@ pub fn analyze_with_progress(
     let mut reader = RecordingReader::open(path)?;
     let header = reader.header().clone();
     let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let mut builder = Builder::new(rules, grace_ns, SAMPLE_INTERVAL_NS);
+    let mut builder = Builder::new(rules, grace_ns, SAMPLE_INTERVAL_NS)
+        .scope_functions(&header.settings.scope_functions);
     let mut n: u64 = 0;
     while let Some(record) = reader.next() {
         builder.push(record);

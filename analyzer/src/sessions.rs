@@ -135,6 +135,11 @@ pub struct SessionTracker {
     birth_blocks: BTreeMap<u64, (u64, SessionKey)>,
     /// Per thread, the open worker polls / session spans: (key, session, is a span).
     polls: HashMap<u32, Vec<(u64, Option<SessionKey>, bool)>>,
+    /// Worker polls were probed at entry only (no exits): a poll's session holds
+    /// for the allocations whose stacks pass through the poll function, and the
+    /// thread's latest poll entry says which session that is.
+    polls_by_stack: bool,
+    latest_poll: HashMap<u32, Option<SessionKey>>,
     /// In-process mode: session of each span key, and of each session id.
     span_sessions: HashMap<u64, SessionKey>,
     session_ids: HashMap<String, SessionKey>,
@@ -145,23 +150,43 @@ pub struct SessionTracker {
 }
 
 impl SessionTracker {
+    /// Worker polls come without exits: see `polls_by_stack`.
+    pub fn polls_by_stack(&mut self) {
+        self.polls_by_stack = true;
+    }
+
+    /// Whether `alloc` needs to know if the block's stack is inside a worker poll.
+    pub fn wants_poll_stack(&self, tid: u32) -> bool {
+        self.polls_by_stack && self.latest_poll.contains_key(&tid)
+    }
+
     /// The session a block of `category` allocated now on `tid` belongs to, if
     /// any; a block allocated in a birth window is remembered for provenance by
     /// containment. In-process session spans enclose more than the session's own
     /// code (the application's span around `create_session` includes the map
     /// insert): there a block belongs to the session only when the rules say it is
     /// session memory (any category but `other`).
+    ///
+    /// `in_poll`: the block's stack passes through a worker poll function (only
+    /// read when polls are probed without exits).
     pub fn alloc(
         &mut self,
         tid: u32,
         addr: u64,
         size: u64,
         category: Category,
+        in_poll: bool,
     ) -> Option<SessionKey> {
         let in_birth = self.birth_window.get(&tid).copied();
-        let session = match in_birth {
-            Some(s) => Some(s),
-            None => match self.polls.get(&tid).and_then(|p| p.last()).copied() {
+        let polled = if self.polls_by_stack && in_poll {
+            self.latest_poll.get(&tid).copied().flatten()
+        } else {
+            None
+        };
+        let session = match (in_birth, polled) {
+            (Some(s), _) => Some(s),
+            (None, Some(s)) => Some(s),
+            (None, None) => match self.polls.get(&tid).and_then(|p| p.last()).copied() {
                 Some((_, _, true)) if category == Category::Other => None,
                 Some((_, session, _)) => session,
                 None => None,
@@ -192,6 +217,7 @@ impl SessionTracker {
         self.create_depth.clear();
         self.spawn_depth.clear();
         self.polls.clear();
+        self.latest_poll.clear();
         self.orphans.clear();
     }
 
@@ -257,6 +283,11 @@ impl SessionTracker {
                     self.birth_window.remove(&tid);
                 }
                 exit(&mut self.spawn_depth, tid);
+            }
+            (ScopeKind::WorkerPoll, Phase::Enter) if self.polls_by_stack => {
+                let session = self.session_containing(arg);
+                self.touch(session, ts);
+                self.latest_poll.insert(tid, session);
             }
             (ScopeKind::WorkerPoll, Phase::Enter) => {
                 let session = self.session_containing(arg);
@@ -433,25 +464,25 @@ mod tests {
         let mut t = SessionTracker::default();
         t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
         assert_eq!(
-            t.alloc(1, 0x1000, 100, Category::WorkerOther),
+            t.alloc(1, 0x1000, 100, Category::WorkerOther, false),
             Some(0),
             "in the birth window"
         );
         t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
         assert_eq!(
-            t.alloc(1, 0x9000, 8, Category::WorkerOther),
+            t.alloc(1, 0x9000, 8, Category::WorkerOther, false),
             None,
             "after the window"
         );
         t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
         assert_eq!(
-            t.alloc(2, 0x2000, 8, Category::WorkerOther),
+            t.alloc(2, 0x2000, 8, Category::WorkerOther, false),
             Some(0),
             "inside the poll"
         );
         t.scope(4, 2, ScopeKind::WorkerPoll, Phase::Exit, 0);
         assert_eq!(
-            t.alloc(2, 0x3000, 8, Category::WorkerOther),
+            t.alloc(2, 0x3000, 8, Category::WorkerOther, false),
             None,
             "after the poll"
         );
@@ -460,7 +491,7 @@ mod tests {
         t.free(0x1000);
         t.scope(6, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
         assert_eq!(
-            t.alloc(2, 0x4000, 8, Category::WorkerOther),
+            t.alloc(2, 0x4000, 8, Category::WorkerOther, false),
             None,
             "a freed block contains nothing"
         );
@@ -470,33 +501,62 @@ mod tests {
     fn what_runs_between_create_and_spawn_is_not_the_sessions() {
         let mut t = SessionTracker::default();
         t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap), Some(0));
+        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap, false), Some(0));
         t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
         // Awaiting the map's lock: another task's block, then the map's table resize.
-        assert_eq!(t.alloc(1, 0x5000, 64, Category::Other), None);
+        assert_eq!(t.alloc(1, 0x5000, 64, Category::Other, false), None);
         // The creating task resumed on thread 2, which spawns its worker.
         t.scope(3, 2, ScopeKind::WorkerSpawn, Phase::Enter, 0);
-        assert_eq!(t.alloc(2, 0x2000, 64, Category::WorkerChannel), Some(0));
+        assert_eq!(
+            t.alloc(2, 0x2000, 64, Category::WorkerChannel, false),
+            Some(0)
+        );
         t.scope(4, 2, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(t.alloc(2, 0x3000, 64, Category::Other), None);
+        assert_eq!(t.alloc(2, 0x3000, 64, Category::Other, false), None);
         // The worker's poll points into the task allocated by the spawn.
         t.scope(5, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x2008);
-        assert_eq!(t.alloc(1, 0x4000, 8, Category::Other), Some(0));
+        assert_eq!(t.alloc(1, 0x4000, 8, Category::Other, false), Some(0));
+    }
+
+    /// Polls probed at entry only: the thread's latest poll holds for the blocks
+    /// whose stacks pass through the poll function, and for no other.
+    #[test]
+    fn polls_without_exits_are_read_from_the_stack() {
+        let mut t = SessionTracker::default();
+        t.polls_by_stack();
+        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+        assert_eq!(
+            t.alloc(1, 0x1000, 64, Category::WorkerChannel, false),
+            Some(0)
+        );
+        t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+        t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
+        assert!(t.wants_poll_stack(2));
+        assert_eq!(
+            t.alloc(2, 0x2000, 8, Category::Other, true),
+            Some(0),
+            "inside the poll"
+        );
+        assert_eq!(
+            t.alloc(2, 0x3000, 8, Category::Other, false),
+            None,
+            "another task"
+        );
     }
 
     #[test]
     fn a_loss_ends_what_each_thread_was_inside() {
         let mut t = SessionTracker::default();
         t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap), Some(0));
+        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap, false), Some(0));
         t.scope(2, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1000);
         // The exits of both were among the lost records.
         t.forget_threads();
-        assert_eq!(t.alloc(1, 0x2000, 8, Category::Other), None);
-        assert_eq!(t.alloc(2, 0x3000, 8, Category::Other), None);
+        assert_eq!(t.alloc(1, 0x2000, 8, Category::Other, false), None);
+        assert_eq!(t.alloc(2, 0x3000, 8, Category::Other, false), None);
         // Containment still links the next poll.
         t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
-        assert_eq!(t.alloc(2, 0x4000, 8, Category::Other), Some(0));
+        assert_eq!(t.alloc(2, 0x4000, 8, Category::Other, false), Some(0));
     }
 
     #[test]
@@ -506,18 +566,24 @@ mod tests {
         t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
         t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
         assert_eq!(
-            t.alloc(1, 0x100, 8, Category::SessionMap),
+            t.alloc(1, 0x100, 8, Category::SessionMap, false),
             Some(0),
             "still inside"
         );
         t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
         t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
         t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
-        assert_eq!(t.alloc(1, 0x200, 8, Category::WorkerChannel), Some(0));
+        assert_eq!(
+            t.alloc(1, 0x200, 8, Category::WorkerChannel, false),
+            Some(0)
+        );
         t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(t.alloc(1, 0x300, 8, Category::WorkerChannel), Some(0));
+        assert_eq!(
+            t.alloc(1, 0x300, 8, Category::WorkerChannel, false),
+            Some(0)
+        );
         t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(t.alloc(1, 0x400, 8, Category::Other), None);
+        assert_eq!(t.alloc(1, 0x400, 8, Category::Other, false), None);
         let (lives, _) = t.finish();
         assert_eq!(lives.len(), 1, "one session, not two");
     }
@@ -527,9 +593,9 @@ mod tests {
         let mut t = SessionTracker::default();
         t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
         t.name(1, 1, "a".into());
-        assert_eq!(t.alloc(1, 0x100, 8, Category::SessionMap), Some(0));
+        assert_eq!(t.alloc(1, 0x100, 8, Category::SessionMap, false), Some(0));
         assert_eq!(
-            t.alloc(1, 0x200, 8, Category::Other),
+            t.alloc(1, 0x200, 8, Category::Other, false),
             None,
             "the map's table grows inside the application's span: shared"
         );
@@ -545,7 +611,7 @@ mod tests {
         // The creating span announced itself anonymously, then learns it is "a".
         t.scope(3, 2, ScopeKind::SessionSpan, Phase::Enter, 20);
         t.name(3, 2, String::new());
-        assert_eq!(t.alloc(2, 0x100, 8, Category::WorkerOther), Some(1));
+        assert_eq!(t.alloc(2, 0x100, 8, Category::WorkerOther, false), Some(1));
         t.name(4, 2, "a".into());
         assert_eq!(t.resolve(1), 0);
         let (lives, index) = t.finish();

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use leakscope_recording::{Mapping, StackId};
+use leakscope_recording::{Mapping, ScopeFunction, ScopeKind, StackId};
 
 use crate::attribute::{Category, Rules};
 use crate::symbolize::{Frame, Symbolizer};
@@ -17,6 +17,11 @@ pub struct Stacks {
     symbolizer: Symbolizer,
     raw: HashMap<StackId, Vec<u64>>,
     category: HashMap<StackId, Category>,
+    mappings: Vec<Mapping>,
+    /// The probed lifecycle functions (from the recording's header).
+    scope_functions: Vec<ScopeFunction>,
+    /// Per stack and scope kind: does the stack pass through such a function.
+    inside: HashMap<(StackId, ScopeKind), bool>,
 }
 
 impl Stacks {
@@ -26,11 +31,53 @@ impl Stacks {
             symbolizer: Symbolizer::new(),
             raw: HashMap::new(),
             category: HashMap::new(),
+            mappings: Vec::new(),
+            scope_functions: Vec::new(),
+            inside: HashMap::new(),
         }
     }
 
     pub fn add_mapping(&mut self, mapping: Mapping) {
+        self.mappings.push(mapping.clone());
         self.symbolizer.add_mapping(mapping);
+    }
+
+    /// The lifecycle functions the producer probed, for [`inside`](Self::inside).
+    pub fn set_scope_functions(&mut self, functions: Vec<ScopeFunction>) {
+        self.scope_functions = functions;
+    }
+
+    /// Whether `stack` passes through a probed function of scope `kind`: by
+    /// address (each return address's file offset against the function's
+    /// range), so it needs no symbols. False without a stack.
+    pub fn inside(&mut self, stack: Option<StackId>, kind: ScopeKind) -> bool {
+        let Some(id) = stack else {
+            return false;
+        };
+        if let Some(&known) = self.inside.get(&(id, kind)) {
+            return known;
+        }
+        let functions: Vec<&ScopeFunction> = self
+            .scope_functions
+            .iter()
+            .filter(|f| f.kind == kind)
+            .collect();
+        let found = self.raw.get(&id).is_some_and(|ips| {
+            ips.iter().any(|&ip| {
+                // A return address points just past the call: look one byte back.
+                let ip = ip.saturating_sub(1);
+                self.mappings.iter().any(|m| {
+                    m.contains(ip)
+                        && functions.iter().any(|f| {
+                            let offset = ip - m.start + m.file_offset;
+                            f.path == m.path
+                                && (f.file_offset..f.file_offset + f.size.max(1)).contains(&offset)
+                        })
+                })
+            })
+        });
+        self.inside.insert((id, kind), found);
+        found
     }
 
     /// A `Stack` record: return addresses, innermost first.

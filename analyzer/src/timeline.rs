@@ -82,6 +82,21 @@ pub struct Builder {
 }
 
 impl Builder {
+    /// The recording's probed lifecycle functions (its header's): worker polls
+    /// probed without a return are then read from the allocations' stacks.
+    pub fn scope_functions(mut self, functions: &[leakscope_recording::ScopeFunction]) -> Self {
+        use leakscope_recording::ScopeKind;
+        let polls: Vec<_> = functions
+            .iter()
+            .filter(|f| f.kind == ScopeKind::WorkerPoll)
+            .collect();
+        if !polls.is_empty() && polls.iter().all(|f| !f.returns) {
+            self.sessions.polls_by_stack();
+        }
+        self.stacks.set_scope_functions(functions.to_vec());
+        self
+    }
+
     pub fn new(rules: Rules, grace_ns: u64, sample_every_ns: u64) -> Self {
         Self {
             grace_ns,
@@ -203,7 +218,14 @@ impl Builder {
             return;
         }
         let category = self.stacks.category(stack);
-        let session = self.sessions.alloc(tid, addr, size, category).or(inherited);
+        let in_poll = self.sessions.wants_poll_stack(tid)
+            && self
+                .stacks
+                .inside(stack, leakscope_recording::ScopeKind::WorkerPoll);
+        let session = self
+            .sessions
+            .alloc(tid, addr, size, category, in_poll)
+            .or(inherited);
         let block = Block {
             ts,
             size,
@@ -371,6 +393,7 @@ mod tests {
                 preset: None,
                 scope_probes: vec![],
                 missing_scopes: vec![],
+                scope_functions: vec![],
                 notes: vec![],
             },
         }

@@ -266,6 +266,7 @@ impl Recorder {
                 preset: Some(preset.name.clone()),
                 scope_probes: vec![format!("session-span: tracing spans {spans}")],
                 missing_scopes: vec![],
+                scope_functions: vec![],
                 notes: vec![],
             },
         );

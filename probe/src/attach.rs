@@ -125,6 +125,7 @@ pub async fn attach(
             preset: Some(options.preset.name.clone()),
             scope_probes: plan.scopes.clone(),
             missing_scopes: plan.missing_scopes.clone(),
+            scope_functions: plan.scope_functions.clone(),
             notes,
         },
     );

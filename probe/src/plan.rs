@@ -19,7 +19,7 @@ use anyhow::{Result, bail};
 use leakscope_probe_ebpf::program;
 use leakscope_recording::preset::Preset;
 use leakscope_recording::target::Target;
-use leakscope_recording::{AllocLayer, ScopeKind};
+use leakscope_recording::{AllocLayer, ScopeFunction, ScopeKind};
 
 use crate::attach_offset::entry_probe_offset;
 use crate::symbols::{ElfSymbols, Function};
@@ -47,6 +47,8 @@ pub struct Plan {
     pub scopes: Vec<String>,
     /// Scope kinds the preset names that matched no function of the target.
     pub missing_scopes: Vec<ScopeKind>,
+    /// Every probed lifecycle function and where its code is.
+    pub scope_functions: Vec<ScopeFunction>,
 }
 
 impl Plan {
@@ -158,6 +160,7 @@ pub fn bare(mut plan: Plan) -> Plan {
     }
     plan.scopes.clear();
     plan.missing_scopes.clear();
+    plan.scope_functions.clear();
     plan
 }
 
@@ -254,6 +257,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     }
 
     let mut scopes = Vec::new();
+    let mut scope_functions = Vec::new();
     let matches = scope_matches(exe, preset);
     for found in &matches {
         for function in &found.functions {
@@ -274,6 +278,13 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
                 probes.push(probe(program::SCOPE_EXIT, &exe_path, function, 0, cookie));
             }
             scopes.push(format!("{}: {}", found.kind.name(), function.name));
+            scope_functions.push(ScopeFunction {
+                kind: found.kind,
+                path: target.exe.clone(),
+                file_offset: function.file_offset,
+                size: function.size,
+                returns: found.returns,
+            });
         }
     }
     let missing_scopes = missing_scopes(&matches);
@@ -283,6 +294,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
         probes,
         scopes,
         missing_scopes,
+        scope_functions,
     })
 }
 

@@ -85,6 +85,10 @@ pub struct Settings {
     /// Lifecycle scopes the preset names that matched nothing in the target: the
     /// signals a report must say it did not have.
     pub missing_scopes: Vec<ScopeKind>,
+    /// Every probed lifecycle function, with where its code is: an analysis can
+    /// tell from an allocation's stack whether it was made inside one (what a
+    /// scope without a return probe needs).
+    pub scope_functions: Vec<ScopeFunction>,
     /// Anything else worth knowing, as "key: value" lines.
     pub notes: Vec<String>,
 }
@@ -126,6 +130,19 @@ impl Header {
             settings,
         }
     }
+}
+
+/// A probed lifecycle function and where its code is in its file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeFunction {
+    pub kind: ScopeKind,
+    /// The file as the target maps it (a [`Mapping::path`]).
+    pub path: String,
+    /// Where its first byte is in `path`, and how many bytes it has.
+    pub file_offset: u64,
+    pub size: u64,
+    /// Its return was probed too (scope exits are recorded).
+    pub returns: bool,
 }
 
 /// The rmcp lifecycle functions a [`Record::Scope`] can be about.

@@ -172,6 +172,7 @@ impl From<HeaderV1> for Header {
                 scope_probes,
                 // Version 1 did not say which scopes were missing.
                 missing_scopes: Vec::new(),
+                scope_functions: Vec::new(),
                 notes,
             },
         }

@@ -31,7 +31,7 @@ mod writer;
 pub use demangle::demangle;
 pub use event::{
     AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
-    ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
+    ScopeFunction, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
 };
 pub use reader::{ReadError, RecordingReader, Tail};
 pub use writer::RecordingWriter;
@@ -43,7 +43,8 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///
 /// * 1: the first format.
 /// * 2: [`Header::rmcp_version`] (was a `rmcp version: X` note),
-///   [`Settings::missing_scopes`], `Record::Realloc::entry_ts` and
+///   [`Settings::missing_scopes`], [`Settings::scope_functions`],
+///   `Record::Realloc::entry_ts` and
 ///   `SessionFact::Created`. Version 1 files still read (see `legacy`).
 pub const FORMAT_VERSION: u32 = 2;
 

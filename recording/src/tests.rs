@@ -21,6 +21,13 @@ fn header() -> Header {
             preset: None,
             scope_probes: vec![],
             missing_scopes: vec![ScopeKind::SessionClose],
+            scope_functions: vec![ScopeFunction {
+                kind: ScopeKind::WorkerPoll,
+                path: "/bin/true".into(),
+                file_offset: 0x1000,
+                size: 64,
+                returns: false,
+            }],
             notes: vec!["key: value".into()],
         },
     }
