@@ -8,6 +8,9 @@ use crate::summary::Summary;
 use crate::timeline::Timeline;
 use crate::units::bytes;
 
+/// Names longer than this lose their generic arguments in the report.
+const READABLE_NAME: usize = 120;
+
 pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     let mut md = String::new();
     let h = &timeline.header;
@@ -128,8 +131,14 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
             site.blocks
         );
         let _ = writeln!(md, "   ```");
+        // Long generic arguments dropped for reading; summary.json keeps the full names.
         for frame in site.frames.iter().take(14) {
-            let _ = writeln!(md, "   {frame}");
+            let shown = if frame.len() > READABLE_NAME {
+                crate::summary::short_name(frame)
+            } else {
+                frame.clone()
+            };
+            let _ = writeln!(md, "   {shown}");
         }
         let _ = writeln!(md, "   ```");
     }
@@ -160,9 +169,7 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | --- |");
     }
     for finding in summary.findings.iter().take(10) {
-        let name = crate::summary::own_frame(finding.frames.iter().map(String::as_str))
-            .map(crate::summary::short_name)
-            .unwrap_or_else(|| "[unknown stack]".into());
+        let name = &finding.name;
         let per_event = finding
             .bytes_per_event
             .as_ref()

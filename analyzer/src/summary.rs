@@ -159,6 +159,9 @@ pub struct SiteSummary {
 
 #[derive(Debug, Serialize)]
 pub struct Finding {
+    /// The frame that best names the site, shortened for reading: the one whose
+    /// rule chose its category, else the program's innermost own frame.
+    pub name: String,
     /// Function names, innermost first, allocator frames trimmed (full names).
     pub frames: Vec<String>,
     pub live_bytes: u64,
@@ -282,6 +285,7 @@ fn findings(timeline: &Timeline) -> Vec<Finding> {
         .into_iter()
         .take(MAX_FINDINGS)
         .map(|site| Finding {
+            name: site_name(site),
             frames: site.frames.iter().map(|f| f.function.clone()).collect(),
             live_bytes: site.retained_bytes,
             live_blocks: site.blocks,
@@ -445,24 +449,37 @@ const LIBRARY_IMPLS: &[&str] = &[" as alloc::", " as core::", " as std::", " as 
 /// collections, and not an inlined frame's bare short name; the innermost frame
 /// when none qualifies. Names, innermost first.
 pub fn own_frame<'a>(frames: impl IntoIterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    let candidate = |name: &&str| {
+        let short = short_name(name);
+        !short.is_empty()
+            && !short.starts_with(['{', '<', ':'])
+            && !LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p))
+            && !LIBRARY_IMPLS.iter().any(|p| name.contains(p))
+    };
+    // A full path first (inlined frames carry bare short names), then any.
     frames
         .clone()
         .into_iter()
-        .find(|name| {
-            let short = short_name(name);
-            short.contains("::")
-                && !short.starts_with("::")
-                && !LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p))
-                && !LIBRARY_IMPLS.iter().any(|p| name.contains(p))
-        })
+        .filter(candidate)
+        .find(|name| short_name(name).contains("::"))
+        .or_else(|| frames.clone().into_iter().find(candidate))
         .or_else(|| frames.into_iter().next())
+}
+
+/// The frame that best names a site, shortened: the one whose rule chose its
+/// category, else the program's innermost own frame.
+pub fn site_name(site: &Site) -> String {
+    site.decided_by
+        .and_then(|i| site.frames.get(i))
+        .map(|f| f.function.as_str())
+        .or_else(|| own_frame(site.frames.iter().map(|f| f.function.as_str())))
+        .map(short_name)
+        .unwrap_or_else(|| "[unknown stack]".into())
 }
 
 /// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s".
 fn describe_growth(site: &Site) -> String {
-    let name = own_frame(site.frames.iter().map(|f| f.function.as_str()))
-        .map(short_name)
-        .unwrap_or_else(|| "[unknown stack]".into());
+    let name = site_name(site);
     format!(
         "`{name}` keeps {} in {} blocks allocated during the recording and never freed, growing at {}/s",
         bytes(site.retained_bytes),
@@ -486,17 +503,20 @@ fn describe_site(site: &Site) -> String {
     }
 }
 
-/// A function name without its generic arguments, for prose.
+/// A function name without its generic arguments, for prose (`->` inside them
+/// is not a closing bracket).
 pub fn short_name(name: &str) -> String {
-    let mut depth = 0;
+    let mut depth = 0i32;
     let mut out = String::new();
+    let mut previous = ' ';
     for c in name.chars() {
         match c {
             '<' => depth += 1,
-            '>' => depth -= 1,
+            '>' if previous != '-' => depth -= 1,
             _ if depth == 0 => out.push(c),
             _ => {}
         }
+        previous = c;
     }
     out
 }
@@ -509,6 +529,10 @@ mod tests {
     fn short_names_drop_generics() {
         assert_eq!(super::short_name("channel<rmcp::X<u8>>"), "channel");
         assert_eq!(super::short_name("a::b<T>::c"), "a::b::c");
+        assert_eq!(
+            super::short_name("{async_block#0}<fn(u8) -> x::Y<u8>, z>"),
+            "{async_block#0}"
+        );
     }
 
     #[test]
