@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leakscope_fixtures::ebpf_gate::ebpf_available;
 use leakscope_fixtures::process::{FixtureProcess, ProbeProcess, workspace_binary};
-use leakscope_fixtures::testkit::{Churn, scratch};
+use leakscope_fixtures::testkit::{Churn, report, scratch};
 use serde_json::Value;
 
 const SESSIONS: u64 = 50;
@@ -38,17 +38,7 @@ fn run(composition: &str) -> (Value, f64) {
         (after.heap_in_use_bytes as f64 - before.heap_in_use_bytes as f64) / SESSIONS as f64;
 
     let out = scratch(&format!("{composition}-report"));
-    let status = Command::new(env!("CARGO_BIN_EXE_leakscope"))
-        .arg("report")
-        .arg(&recording)
-        .arg("--out")
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(out.join("report.md").is_file());
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let summary = report(&recording, &out);
     eprintln!("{composition}: fixture {fixture_per_session:.0} B/session; summary {summary:#}");
     (summary, fixture_per_session)
 }
