@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use leakscope_probe_ebpf::{LOST_REASONS, LostReason, MAX_STACK_DEPTH, program};
 use leakscope_recording::preset::Preset;
-use leakscope_recording::target::{Target, is_alive};
+use leakscope_recording::target::{Target, exe_identity, is_alive};
 use leakscope_recording::{
     EndReason, Header, Producer, Record, RecordingWriter, Settings, monotonic_ns,
 };
@@ -148,6 +148,14 @@ pub async fn attach(
     // One tally of the kernel's drop counters for the whole run: the final read
     // after detach writes only what grew since the last periodic one.
     let mut lost_seen = LostCounters::default();
+    // A write error (the disk is full) ends the recording: the probes are
+    // detached when `loaded` drops, and every frame written before stays readable.
+    let written = |e: anyhow::Error| {
+        e.context(format!(
+            "writing {} failed; the probes are detached and what was written before reads (leakscope dump)",
+            options.out.display()
+        ))
+    };
     let end = record_until_stopped(
         &mut loaded,
         &mut capture,
@@ -155,7 +163,8 @@ pub async fn attach(
         &mut lost_seen,
         &mut on_event,
     )
-    .await?;
+    .await
+    .map_err(written)?;
 
     // Detach first so nothing new arrives, then take what is still buffered.
     let Loaded {
@@ -165,15 +174,19 @@ pub async fn attach(
         ..
     } = loaded;
     drop(ebpf);
-    while let Some(item) = events.next() {
-        capture.handle(&item)?;
-    }
-    write_lost(&lost, &mut lost_seen, &mut capture)?;
-    let stats = capture.stats;
-    capture.writer.finish(Record::End {
-        ts: monotonic_ns(),
-        reason: end,
-    })?;
+    let finish = || -> Result<Stats> {
+        while let Some(item) = events.next() {
+            capture.handle(&item)?;
+        }
+        write_lost(&lost, &mut lost_seen, &mut capture)?;
+        let stats = capture.stats;
+        capture.writer.finish(Record::End {
+            ts: monotonic_ns(),
+            reason: end,
+        })?;
+        Ok(stats)
+    };
+    let stats = finish().map_err(written)?;
     Ok(AttachOutcome { stats, end })
 }
 
@@ -195,6 +208,7 @@ async fn record_until_stopped<W: Write>(
         .map(|d| tokio::time::Instant::now() + d)
         .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400));
     let mut last = (Instant::now(), 0u64);
+    let program = exe_identity(options.pid);
     loop {
         tokio::select! {
             _ = interrupt.recv() => return Ok(EndReason::Interrupted),
@@ -215,6 +229,9 @@ async fn record_until_stopped<W: Write>(
                 on_event(AttachEvent::Progress { stats: &stats, events_per_s: rate });
                 if !is_alive(options.pid) {
                     return Ok(EndReason::TargetExited);
+                }
+                if program.is_some() && exe_identity(options.pid) != program {
+                    return Ok(EndReason::TargetExeced);
                 }
             }
         }

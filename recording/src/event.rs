@@ -256,6 +256,9 @@ pub enum EndReason {
     TargetExited,
     /// The in-process recorder was dropped (program end).
     Finished,
+    /// The target `exec`ed another program: the probes were on the old image,
+    /// and its mappings no longer describe the process.
+    TargetExeced,
 }
 
 impl EndReason {
@@ -266,6 +269,7 @@ impl EndReason {
             EndReason::Duration => "duration elapsed",
             EndReason::TargetExited => "target exited",
             EndReason::Finished => "finished",
+            EndReason::TargetExeced => "target exec'd another program",
         }
     }
 }

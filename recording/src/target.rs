@@ -84,6 +84,14 @@ impl Target {
     }
 }
 
+/// The identity of the program `pid` runs (device and inode of its executable):
+/// it changes when the process `exec`s. `None` when it cannot be read.
+pub fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
 /// True while `pid` exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
