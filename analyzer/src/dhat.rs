@@ -60,12 +60,16 @@ fn function_of(frame: &str) -> &str {
 pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let profile: Profile = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a DHAT profile (dhat-heap.json)", path.display()))?;
+    attribute_text(&text, rules).with_context(|| path.display().to_string())
+}
+
+/// [`attribute_profile`] of a profile's text (what the fuzz target feeds).
+pub fn attribute_text(text: &str, rules: &Rules) -> Result<DhatAttribution> {
+    let profile: Profile =
+        serde_json::from_str(text).context("not a DHAT profile (dhat-heap.json)")?;
     if profile.version != 2 {
         bail!(
-            "{}: DHAT file version {} is not supported (2 is)",
-            path.display(),
+            "DHAT file version {} is not supported (2 is)",
             profile.version
         );
     }
@@ -77,12 +81,13 @@ pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> 
             .filter_map(|i| profile.ftbl.get(*i))
             .map(|f| function_of(f));
         let category = rules.categorize(frames);
-        totals[category].0 += pp.eb;
-        totals[category].1 += pp.ebk;
+        // Saturating: a crafted profile must not overflow.
+        totals[category].0 = totals[category].0.saturating_add(pp.eb);
+        totals[category].1 = totals[category].1.saturating_add(pp.ebk);
     }
     Ok(DhatAttribution {
         cmd: profile.cmd,
-        t_end_bytes: totals.iter().map(|t| t.0).sum(),
+        t_end_bytes: totals.iter().fold(0u64, |sum, t| sum.saturating_add(t.0)),
         categories: Category::ALL
             .iter()
             .map(|c| DhatCategory {

@@ -138,6 +138,11 @@ fn check_file(mapping: &Mapping) -> Option<String> {
     if !path.exists() {
         return Some("not found here".into());
     }
+    // A recording names the files; only regular files are opened (never a
+    // device such as /dev/zero, which a crafted recording could name).
+    if !path.is_file() {
+        return Some("not a regular file".into());
+    }
     let recorded = mapping.build_id.as_deref()?;
     match leakscope_recording::target::build_id_of(path) {
         Some(found) if found == recorded => None,

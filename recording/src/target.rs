@@ -187,6 +187,9 @@ pub fn build_id_of(path: &Path) -> Option<String> {
 
 fn read_build_id(path: &Path) -> Option<String> {
     use object::Object;
+    if !path.is_file() {
+        return None;
+    }
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     file.build_id().ok().flatten().map(hex)

@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod preset_check;
 mod setup;
 mod shell;
@@ -36,6 +37,8 @@ enum Command {
     Recordings,
     /// What the probe costs a malloc/free pair, beside the bare-uprobe floor (ratios, one run).
     Bench(bench::BenchArgs),
+    /// Run the cargo-fuzz targets (recording reader + analyzer, DHAT importer) for N executions each.
+    Fuzz(fuzz::FuzzArgs),
     /// Build a stock rmcp server against each release and count what the preset matches, scope by scope.
     PresetCheck(preset_check::PresetCheckArgs),
     /// Build the probe (release) and run `leakscope-probe attach ARGS...`, e.g. `--pid 1234 --duration 60s`.
@@ -56,6 +59,7 @@ fn main() {
         Command::Bench(args) => bench::run(&args),
         Command::Recordings => demo::regenerate_recordings(),
         Command::PresetCheck(args) => preset_check::run(&args),
+        Command::Fuzz(args) => fuzz::run_targets(&args),
         Command::Report { args } => report(&args),
     };
     if let Err(e) = outcome {
@@ -122,6 +126,8 @@ fn test() -> Result<()> {
     }
     shell::run(&mut test)?;
     setup::check_ebpf_object()?;
+    // A short fuzzing round of every target (docs/robustness.md has a long one).
+    fuzz::run_targets(&fuzz::FuzzArgs { runs: 20_000 })?;
     println!("xtask test: all checks passed");
     Ok(())
 }
