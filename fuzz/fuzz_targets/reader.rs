@@ -6,7 +6,6 @@
 #![no_main]
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use leakscope_analyzer::attribute::Rules;
 use leakscope_analyzer::timeline::Builder;
@@ -14,8 +13,6 @@ use leakscope_recording::Record;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    static RULES: OnceLock<String> = OnceLock::new();
-    let _ = RULES.get_or_init(|| leakscope_analyzer::attribute::RMCP_RULES.to_owned());
     let Ok(mut reader) = leakscope_recording::RecordingReader::new(data, Path::new("fuzz.lsrec"))
     else {
         return;
