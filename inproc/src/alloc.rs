@@ -2,7 +2,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
-use super::recorder::{RawKind, inside_recorder, now_ns, record_memory, record_realloc, untracked};
+use super::recorder::{
+    RawKind, forked_child, inside_recorder, now_ns, record_memory, record_realloc, untracked,
+};
 
 /// `#[global_allocator] static ALLOC: leakscope_inproc::Alloc = leakscope_inproc::Alloc;`
 ///
@@ -20,7 +22,7 @@ pub struct Alloc;
 // caller's arguments unchanged; recording only reads the results.
 unsafe impl GlobalAlloc for Alloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if inside_recorder() {
+        if inside_recorder() || forked_child() {
             // SAFETY: forwarded contract.
             return unsafe { System.alloc(layout) };
         }
@@ -33,7 +35,7 @@ unsafe impl GlobalAlloc for Alloc {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if inside_recorder() {
+        if inside_recorder() || forked_child() {
             // SAFETY: forwarded contract.
             return unsafe { System.alloc_zeroed(layout) };
         }
@@ -46,6 +48,10 @@ unsafe impl GlobalAlloc for Alloc {
     }
 
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        if forked_child() {
+            // SAFETY: forwarded contract (dhat only wraps System).
+            return unsafe { System.dealloc(block, layout) };
+        }
         // Recorded before the block goes back, so its address cannot be reused first.
         record_memory(RawKind::Free, block as u64, 0, 0);
         // SAFETY: forwarded contract.
@@ -53,7 +59,7 @@ unsafe impl GlobalAlloc for Alloc {
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if inside_recorder() {
+        if inside_recorder() || forked_child() {
             // Only leakscope's own blocks are resized inside the recorder.
             // SAFETY: forwarded contract.
             return unsafe { System.realloc(block, layout, new_size) };

@@ -51,7 +51,8 @@
 //!   neither recorded nor counted by dhat.
 //! * **fork.** A child forked without `exec` stops recording at once (it has no
 //!   writer thread, and the buffer's lock may be held by a thread it does not
-//!   have); the recording is the parent's.
+//!   have); the recording is the parent's. Its allocations bypass dhat as well,
+//!   whose spin lock another thread may have held at the fork.
 //!
 //! Sessions come from `tracing` spans ([`SessionLayer`]): the application's
 //! `mcp_session` span (field `session_id`) around session creation, and rmcp's own

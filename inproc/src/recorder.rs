@@ -59,6 +59,16 @@ struct Shared {
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// This process is a child forked (without exec) from a recording process.
+static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// True in a child forked from a recording process: its allocations bypass
+/// dhat too, whose spin lock another thread of the parent may have held at the
+/// fork (it would never be released in the child).
+#[inline]
+pub(crate) fn forked_child() -> bool {
+    FORKED_CHILD.load(Ordering::Relaxed)
+}
 
 thread_local! {
     /// Set while this thread is inside the recorder (or is the writer thread).
@@ -219,6 +229,7 @@ fn stop_recording_in_forked_children() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     extern "C" fn in_child() {
         ACTIVE.store(false, Ordering::SeqCst);
+        FORKED_CHILD.store(true, Ordering::SeqCst);
     }
     REGISTERED.call_once(|| {
         // SAFETY: registers a handler that only stores to an atomic.
