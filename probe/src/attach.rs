@@ -139,7 +139,21 @@ pub async fn attach(
     }
     capture.writer.flush()?;
 
-    let mut loaded = load_and_attach(&plan, target.pid, options.ring_buffer_bytes)?;
+    let mut loaded = match load_and_attach(&plan, target.pid, options.ring_buffer_bytes) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            // Nothing was recorded: leave no half recording behind.
+            drop(capture);
+            let _ = std::fs::remove_file(&options.out);
+            if !is_alive(target.pid) {
+                bail!(
+                    "pid {} exited while the probe was attaching; nothing was recorded",
+                    target.pid
+                );
+            }
+            return Err(e);
+        }
+    };
     on_event(AttachEvent::Attached {
         pid: target.pid,
         probes: loaded.attached,
@@ -283,25 +297,34 @@ fn write_lost<W: Write>(
     Ok(())
 }
 
-/// Root, or CAP_BPF (39) and CAP_PERFMON (38), or CAP_SYS_ADMIN (21, which
-/// kernels before 5.8 require and later ones still accept) in the effective set.
+/// CAP_BPF (39) and CAP_PERFMON (38), or CAP_SYS_ADMIN (21, which kernels
+/// before 5.8 require and later ones still accept), in the effective set. Root
+/// is checked the same way: root in a container, or under a capability bounding
+/// set, may hold neither, and the kernel's bare "Operation not permitted" from
+/// the loader would not say why.
 fn check_privileges() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
-    }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let effective = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .unwrap_or(0);
+    if has_bpf_capabilities(effective) {
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        bail!(
+            "attaching needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN: this process is root but holds neither (effective capabilities {effective:#x}; a container or a capability bounding set dropped them)"
+        );
+    }
+    bail!("attaching needs root, or CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN (try sudo)");
+}
+
+fn has_bpf_capabilities(effective: u64) -> bool {
     let bpf_and_perfmon = (1u64 << 39) | (1u64 << 38);
     let sys_admin = 1u64 << 21;
-    if effective & bpf_and_perfmon != bpf_and_perfmon && effective & sys_admin == 0 {
-        bail!("attaching needs root, or CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN (try sudo)");
-    }
-    Ok(())
+    effective & bpf_and_perfmon == bpf_and_perfmon || effective & sys_admin != 0
 }
 
 #[cfg(test)]

@@ -27,7 +27,9 @@ pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded>
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", ring_bytes)
         .load(EBPF_OBJECT)
-        .context("loading the eBPF programs failed (needs root, or CAP_BPF and CAP_PERFMON)")?;
+        .context(
+            "the kernel refused to load the eBPF programs although this process holds the capabilities (kernel lockdown, a security module or a seccomp filter can forbid BPF)",
+        )?;
     let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
     let mut loaded_programs = HashSet::new();
     let mut attached = 0;

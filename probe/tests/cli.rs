@@ -96,3 +96,88 @@ fn an_oversized_ring_buffer_is_refused_not_wrapped() {
     assert!(!ok);
     assert!(err.contains("from 1 to 1024"), "{err}");
 }
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The probe run through util-linux `setpriv` with `setpriv` options, so a
+/// root test can take away the uid or the capabilities attaching needs.
+fn probe_under_setpriv(setpriv: &[&str], args: &[&str]) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args(setpriv)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_leakscope-probe"))
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn attach_args(out: &str) -> Vec<String> {
+    [
+        "attach",
+        "--pid",
+        &std::process::id().to_string(),
+        "--out",
+        out,
+        "--duration",
+        "1s",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[test]
+fn attach_as_a_user_is_a_one_line_error() {
+    let out = std::env::temp_dir().join(format!("as-user-{}.lsrec", std::process::id()));
+    let out = out.to_str().unwrap();
+    let args = attach_args(out);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, err) = if is_root() {
+        // nobody, with no supplementary groups and no capabilities.
+        probe_under_setpriv(&["--reuid=65534", "--regid=65534", "--clear-groups"], &args)
+    } else {
+        probe(&args)
+    };
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("attaching needs root, or CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(out).exists(), "nothing written");
+}
+
+/// Root in a container, or under a capability bounding set, may hold neither
+/// CAP_BPF nor CAP_SYS_ADMIN: the error says that, not "try sudo".
+#[test]
+fn attach_as_root_without_bpf_capabilities_is_a_one_line_error() {
+    if !is_root() {
+        let why = "needs root, to drop capabilities from it";
+        if std::env::var("LEAKSCOPE_REQUIRE_EBPF").as_deref() == Ok("1") {
+            panic!("LEAKSCOPE_REQUIRE_EBPF=1 but this test {why}");
+        }
+        eprintln!("skipping attach_as_root_without_bpf_capabilities_is_a_one_line_error: {why}");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("root-no-bpf-{}.lsrec", std::process::id()));
+    let out = out.to_str().unwrap();
+    let args = attach_args(out);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, err) = probe_under_setpriv(
+        &["--bounding-set=-bpf,-perfmon,-sys_admin", "--inh-caps=-all"],
+        &args,
+    );
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("this process is root but holds neither"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(out).exists(), "nothing written");
+}
