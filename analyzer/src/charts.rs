@@ -5,6 +5,8 @@
 //!   marked along the top and bottom edges.
 //! * `sessions`: per session, retained and reclaimed bytes against its birth time:
 //!   a constant per-session leak reads as a flat band, a fixed server as zero.
+//! * `diff-live` and `diff-sessions` ([`write_diff`]): two recordings on shared
+//!   axes, for `leakscope diff`.
 //!
 //! PNG text is drawn with the embedded DejaVu Sans (`assets/`), so rendering does
 //! not depend on the fonts of the machine.
@@ -17,6 +19,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::attribute::Category;
+use crate::diff::Diff;
 use crate::timeline::Timeline;
 
 const FONT: &str = "sans-serif";
@@ -113,6 +116,42 @@ fn title(timeline: &Timeline, what: &str) -> String {
     format!("{what}: {exe} (pid {}{rmcp})", h.pid)
 }
 
+/// The ranges of a live-bytes chart: one timeline's own, or shared by several
+/// so that they compare at a glance.
+#[derive(Clone, Copy)]
+struct Axes {
+    duration_s: f64,
+    max_live: f64,
+    max_reclaimed: f64,
+}
+
+impl Axes {
+    fn of(timeline: &Timeline) -> Self {
+        Self {
+            duration_s: timeline.duration_s().max(0.001),
+            max_live: timeline
+                .samples
+                .iter()
+                .map(|s| s.live.iter().sum::<u64>())
+                .max()
+                .unwrap_or(0) as f64,
+            max_reclaimed: timeline
+                .samples
+                .last()
+                .map(|s| s.reclaimed_total)
+                .unwrap_or(0) as f64,
+        }
+    }
+
+    fn union(self, other: Self) -> Self {
+        Self {
+            duration_s: self.duration_s.max(other.duration_s),
+            max_live: self.max_live.max(other.max_live),
+            max_reclaimed: self.max_reclaimed.max(other.max_reclaimed),
+        }
+    }
+}
+
 fn draw_retained_vs_reclaimed<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     timeline: &Timeline,
@@ -120,25 +159,35 @@ fn draw_retained_vs_reclaimed<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
+    draw_live(
+        area,
+        timeline,
+        &title(timeline, "Live bytes by category"),
+        Axes::of(timeline),
+    )
+}
+
+fn draw_live<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    timeline: &Timeline,
+    caption: &str,
+    axes: Axes,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
     area.fill(&WHITE).map_err(plot_err)?;
-    let duration = timeline.duration_s().max(0.001);
-    let max_live = timeline
-        .samples
-        .iter()
-        .map(|s| s.live.iter().sum::<u64>())
-        .max()
-        .unwrap_or(0) as f64;
-    let max_reclaimed = timeline
-        .samples
-        .last()
-        .map(|s| s.reclaimed_total)
-        .unwrap_or(0) as f64;
+    let Axes {
+        duration_s: duration,
+        max_live,
+        max_reclaimed,
+    } = axes;
     let unit = unit_for(max_live);
     let reclaimed_unit = unit_for(max_reclaimed);
     let y_max = (max_live / unit.divisor * 1.1).max(1.0);
     let y2_max = (max_reclaimed / reclaimed_unit.divisor * 1.05).max(1.0);
     let mut chart = ChartBuilder::on(area)
-        .caption(title(timeline, "Live bytes by category"), (FONT, 20))
+        .caption(caption, (FONT, 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -299,6 +348,128 @@ where
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .draw()
+        .map_err(plot_err)?;
+    area.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// Writes `diff-live` (both recordings' live bytes on one scale, before above
+/// after) and `diff-sessions` (retained per session, before and after, by birth
+/// order), as SVG and PNG, into `dir`.
+pub fn write_diff(before: &Timeline, after: &Timeline, diff: &Diff, dir: &Path) -> Result<()> {
+    register_font();
+    let tall = (SIZE.0, SIZE.1 * 2);
+    draw_diff_live(
+        &SVGBackend::new(&dir.join("diff-live.svg"), tall).into_drawing_area(),
+        before,
+        after,
+        diff,
+    )?;
+    draw_diff_live(
+        &BitMapBackend::new(&dir.join("diff-live.png"), tall).into_drawing_area(),
+        before,
+        after,
+        diff,
+    )?;
+    draw_diff_sessions(
+        &SVGBackend::new(&dir.join("diff-sessions.svg"), SIZE).into_drawing_area(),
+        diff,
+    )?;
+    draw_diff_sessions(
+        &BitMapBackend::new(&dir.join("diff-sessions.png"), SIZE).into_drawing_area(),
+        diff,
+    )
+}
+
+fn draw_diff_live<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    before: &Timeline,
+    after: &Timeline,
+    diff: &Diff,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    area.fill(&WHITE).map_err(plot_err)?;
+    let axes = Axes::of(before).union(Axes::of(after));
+    let (top, bottom) = area.split_vertically(SIZE.1);
+    draw_live(
+        &top,
+        before,
+        &format!("Before: live bytes by category, {}", diff.before.label()),
+        axes,
+    )?;
+    draw_live(
+        &bottom,
+        after,
+        &format!("After: live bytes by category, {}", diff.after.label()),
+        axes,
+    )
+}
+
+fn draw_diff_sessions<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, diff: &Diff) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    area.fill(&WHITE).map_err(plot_err)?;
+    let max = diff
+        .sessions
+        .iter()
+        .flat_map(|p| [p.before, p.after])
+        .flatten()
+        .map(|s| s.retained_bytes)
+        .max()
+        .unwrap_or(0) as f64;
+    let unit = unit_for(max);
+    let y_max = (max / unit.divisor * 1.15).max(1.0);
+    let n = diff.sessions.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "Retained per session: {} vs {}",
+                diff.before.label(),
+                diff.after.label()
+            ),
+            (FONT, 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..y_max)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("session, in birth order")
+        .light_line_style(BLACK.mix(0.04))
+        .y_desc(format!("retained ({})", unit.name))
+        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 14))
+        .draw()
+        .map_err(plot_err)?;
+    let before = RGBColor(214, 39, 40);
+    let after = RGBColor(31, 119, 180);
+    let series = |pick: fn(&crate::diff::SessionPair) -> Option<crate::diff::SessionFigures>| {
+        diff.sessions.iter().filter_map(move |p| {
+            pick(p).map(|s| (p.index as f64, s.retained_bytes as f64 / unit.divisor))
+        })
+    };
+    chart
+        .draw_series(series(|p| p.before).map(|xy| TriangleMarker::new(xy, 5, before.filled())))
+        .map_err(plot_err)?
+        .label(format!("before: {}", diff.before.label()))
+        .legend(move |(x, y)| TriangleMarker::new((x + 7, y), 5, before.filled()));
+    chart
+        .draw_series(series(|p| p.after).map(|xy| Circle::new(xy, 4, after.filled())))
+        .map_err(plot_err)?
+        .label(format!("after: {}", diff.after.label()))
+        .legend(move |(x, y)| Circle::new((x + 7, y), 4, after.filled()));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::MiddleRight)
         .label_font((FONT, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))

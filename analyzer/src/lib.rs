@@ -9,9 +9,10 @@
 //!   -> sessions   which session owns a block (birth windows, containment, spans)
 //!   -> accounting live / reclaimed / transient / retained, per category and session, over time
 //!   -> sites      what is still live, by call site
+//!   -> profile    every stack's allocations and live blocks (heap profile)
 //!   => timeline   the result of one streaming pass
 //!   -> outputs    summary (summary.json), report (report.md), charts (SVG/PNG),
-//!                 flamegraph, trace (Perfetto)
+//!                 flamegraph, trace (Perfetto), pprof (profile.pb.gz)
 //! ```
 //! [`dhat`] imports DHAT's own profiles into the same categories. [`units`] says
 //! how figures read. Library code returns what happened (warnings, progress
@@ -21,7 +22,10 @@ pub mod accounting;
 pub mod attribute;
 pub mod charts;
 pub mod dhat;
+pub mod diff;
 pub mod flamegraph;
+pub mod pprof;
+pub mod profile;
 pub mod report;
 pub mod sessions;
 pub mod sites;
@@ -105,7 +109,7 @@ pub fn analyze_with_progress(
 }
 
 /// `leakscope report`: writes `summary.json`, `report.md`, `trace.json`,
-/// `flamegraph.svg` and the charts (SVG and PNG) into `out_dir`.
+/// `flamegraph.svg`, `profile.pb.gz` and the charts (SVG and PNG) into `out_dir`.
 pub fn report(recording: &Path, options: &ReportOptions) -> Result<Report> {
     report_with_progress(recording, options, |_| {})
 }
@@ -116,11 +120,12 @@ pub fn report_with_progress(
     options: &ReportOptions,
     on_progress: impl FnMut(Progress),
 ) -> Result<Report> {
-    let rules = match &options.rules {
-        Some(path) => Rules::with_user_file(path)?,
-        None => Rules::builtin(),
-    };
-    let timeline = analyze_with_progress(recording, rules, options.grace_ns, on_progress)?;
+    let timeline = analyze_with_progress(
+        recording,
+        rules(options.rules.as_deref())?,
+        options.grace_ns,
+        on_progress,
+    )?;
     let summary = summarize(&timeline);
     std::fs::create_dir_all(&options.out_dir)
         .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
@@ -152,10 +157,83 @@ pub fn report_with_progress(
         &options.out_dir.join("flamegraph.svg"),
     )?;
     charts::write_all(&timeline, &options.out_dir)?;
+    pprof::write_timeline(&timeline, &options.out_dir.join("profile.pb.gz"))?;
     Ok(Report {
         summary,
         warnings: timeline.warnings,
     })
+}
+
+/// The built-in category rules, with a user's rules file tried first.
+fn rules(user_file: Option<&Path>) -> Result<Rules> {
+    match user_file {
+        Some(path) => Rules::with_user_file(path),
+        None => Ok(Rules::builtin()),
+    }
+}
+
+/// What `diff` produced.
+pub struct DiffReport {
+    pub diff: diff::Diff,
+    /// Warnings about either recording, each naming it.
+    pub warnings: Vec<String>,
+}
+
+/// `leakscope diff`: analyses `before` and `after` with the same options and
+/// writes `diff.md`, `diff.json` and the diff charts (SVG and PNG) into
+/// `options.out_dir`.
+pub fn diff_recordings(
+    before: &Path,
+    after: &Path,
+    options: &ReportOptions,
+    mut on_progress: impl FnMut(Progress),
+) -> Result<DiffReport> {
+    let mut warnings = Vec::new();
+    let mut read = |path: &Path| -> Result<(Timeline, Summary)> {
+        let timeline = analyze_with_progress(
+            path,
+            rules(options.rules.as_deref())?,
+            options.grace_ns,
+            &mut on_progress,
+        )?;
+        warnings.extend(
+            timeline
+                .warnings
+                .iter()
+                .map(|w| format!("{}: {w}", path.display())),
+        );
+        let summary = summarize(&timeline);
+        Ok((timeline, summary))
+    };
+    let (old, old_summary) = read(before)?;
+    let (new, new_summary) = read(after)?;
+    let diff = diff::diff(
+        (&before.display().to_string(), &old_summary, &old),
+        (&after.display().to_string(), &new_summary, &new),
+    );
+    std::fs::create_dir_all(&options.out_dir)
+        .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
+    std::fs::write(
+        options.out_dir.join("diff.json"),
+        serde_json::to_string_pretty(&diff)?,
+    )?;
+    std::fs::write(options.out_dir.join("diff.md"), diff::render(&diff))?;
+    charts::write_diff(&old, &new, &diff, &options.out_dir)?;
+    Ok(DiffReport { diff, warnings })
+}
+
+/// `leakscope pprof`: writes the recording's heap profile (`profile.proto`,
+/// gzipped) to `out`; returns the recording's warnings.
+pub fn pprof_with_progress(
+    recording: &Path,
+    rules_file: Option<&Path>,
+    grace_ns: u64,
+    out: &Path,
+    on_progress: impl FnMut(Progress),
+) -> Result<Vec<String>> {
+    let timeline = analyze_with_progress(recording, rules(rules_file)?, grace_ns, on_progress)?;
+    pprof::write_timeline(&timeline, out)?;
+    Ok(timeline.warnings)
 }
 
 #[cfg(test)]
@@ -190,6 +268,7 @@ mod tests {
             ("sessions.svg", b"<svg"),
             ("retained-vs-reclaimed.png", b"\x89PNG"),
             ("sessions.png", b"\x89PNG"),
+            ("profile.pb.gz", b"\x1f\x8b"),
         ] {
             let bytes = std::fs::read(out_dir.join(file)).unwrap();
             assert!(bytes.starts_with(starts_with), "{file}");

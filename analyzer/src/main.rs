@@ -21,7 +21,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write report.md, summary.json, charts (SVG+PNG), flamegraph.svg and trace.json for a recording.
+    /// Write report.md, summary.json, charts (SVG+PNG), flamegraph.svg, trace.json and profile.pb.gz for a recording.
     Report {
         /// A .lsrec recording (from leakscope-probe or the in-process mode).
         recording: PathBuf,
@@ -32,6 +32,38 @@ enum Command {
         #[arg(long)]
         rules: Option<PathBuf>,
         /// Frees within this long after a worker's end count as transient, later ones as reclaimed.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+    },
+    /// Compare two recordings of the same load (a buggy and a fixed build): write
+    /// diff.md, diff.json and before/after charts (SVG+PNG).
+    Diff {
+        /// The recording before the change.
+        before: PathBuf,
+        /// The recording after the change.
+        after: PathBuf,
+        /// Directory for the outputs (created if missing).
+        #[arg(long, default_value = "diff")]
+        out: PathBuf,
+        /// A TOML rules file of extra categories, for both recordings.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// As for `report`, for both recordings.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+    },
+    /// Write a recording's heap profile in pprof's format (gzipped profile.proto),
+    /// for go tool pprof, Grafana Pyroscope or Parca.
+    Pprof {
+        /// A .lsrec recording.
+        recording: PathBuf,
+        /// Where to write the profile.
+        #[arg(long, default_value = "profile.pb.gz")]
+        out: PathBuf,
+        /// A TOML rules file of extra categories (the `category` label).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// As for `report`: decides which sessions are leaked (the `session_state` label).
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         grace: Duration,
     },
@@ -102,6 +134,60 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&attribution)?)?;
             }
+            Ok(())
+        }
+        Command::Diff {
+            before,
+            after,
+            out,
+            rules,
+            grace,
+        } => {
+            let progress = progress_bar();
+            let outcome = leakscope_analyzer::diff_recordings(
+                &before,
+                &after,
+                &ReportOptions {
+                    out_dir: out.clone(),
+                    rules,
+                    grace_ns: grace.as_nanos() as u64,
+                },
+                |p| {
+                    progress.set_length(p.total);
+                    progress.set_position(p.read);
+                },
+            );
+            progress.finish_and_clear();
+            let outcome = outcome?;
+            for warning in &outcome.warnings {
+                eprintln!("leakscope: warning: {warning}");
+            }
+            println!("{}", outcome.diff.verdict);
+            println!("diff written to {}", out.join("diff.md").display());
+            Ok(())
+        }
+        Command::Pprof {
+            recording,
+            out,
+            rules,
+            grace,
+        } => {
+            let progress = progress_bar();
+            let warnings = leakscope_analyzer::pprof_with_progress(
+                &recording,
+                rules.as_deref(),
+                grace.as_nanos() as u64,
+                &out,
+                |p| {
+                    progress.set_length(p.total);
+                    progress.set_position(p.read);
+                },
+            );
+            progress.finish_and_clear();
+            for warning in &warnings? {
+                eprintln!("leakscope: warning: {}: {warning}", recording.display());
+            }
+            println!("profile written to {}", out.display());
             Ok(())
         }
         Command::Dump { recording } => {

@@ -211,24 +211,29 @@ fn growth(blocks: &mut [(u64, u64)]) -> (f64, f64) {
 }
 
 /// Trims allocator frames from the inner end of a stack.
-struct Trimmer {
+pub(crate) struct Trimmer {
     patterns: Vec<WildMatch>,
 }
 
 impl Trimmer {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             patterns: ALLOCATOR_FRAMES.iter().map(|p| WildMatch::new(p)).collect(),
         }
     }
 
-    fn trim(&self, mut frames: Vec<Frame>) -> Vec<Frame> {
+    /// How many frames at the inner end are the allocator's. At least one frame
+    /// is kept: an allocator-only stack still says something.
+    pub(crate) fn allocator_frames(&self, frames: &[Frame]) -> usize {
         let inner = frames
             .iter()
             .take_while(|f| self.patterns.iter().any(|p| p.matches(&f.function)))
             .count();
-        // Keep at least one frame: an allocator-only stack still says something.
-        frames.drain(..inner.min(frames.len().saturating_sub(1)));
+        inner.min(frames.len().saturating_sub(1))
+    }
+
+    fn trim(&self, mut frames: Vec<Frame>) -> Vec<Frame> {
+        frames.drain(..self.allocator_frames(&frames));
         frames
     }
 }

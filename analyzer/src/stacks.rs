@@ -110,6 +110,23 @@ impl Stacks {
         self.symbolizer.stack(&ips)
     }
 
+    /// A stack's return addresses, innermost first (empty when unknown).
+    pub fn ips(&self, stack: Option<StackId>) -> &[u64] {
+        stack
+            .and_then(|id| self.raw.get(&id))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The frames one return address symbolizes to, innermost (inlined) first.
+    pub fn ip_frames(&mut self, ip: u64) -> Vec<Frame> {
+        self.symbolizer.frames(ip).to_vec()
+    }
+
+    /// The recorded mappings, in record order.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
     /// Files a stack needed that could not be used for names, with why.
     pub fn unmatched_files(&self) -> &std::collections::BTreeMap<String, String> {
         self.symbolizer.unmatched()

@@ -14,6 +14,7 @@ use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Ta
 use crate::accounting::{Accounting, Block, SessionBytes};
 pub use crate::accounting::{CategoryTotals, Sample};
 use crate::attribute::{PerCategory, Rules};
+use crate::profile::{Allocated, HeapProfile};
 pub use crate::sessions::SessionState;
 use crate::sessions::SessionTracker;
 pub use crate::sites::Site;
@@ -56,6 +57,8 @@ pub struct Timeline {
     pub worker_ends_s: Vec<f64>,
     /// Live blocks at the end grouped by stack: most session-retained bytes first.
     pub sites: Vec<Site>,
+    /// Every stack's allocations and live blocks, for the pprof output.
+    pub profile: HeapProfile,
     pub grace_ns: u64,
     /// Things the reader of a report should know (e.g. a torn recording).
     pub warnings: Vec<String>,
@@ -79,6 +82,7 @@ pub struct Builder {
     last_ns: u64,
     lost: HashMap<LostReason, u64>,
     end_reason: Option<EndReason>,
+    allocated: Allocated,
 }
 
 impl Builder {
@@ -107,6 +111,7 @@ impl Builder {
             last_ns: 0,
             lost: HashMap::new(),
             end_reason: None,
+            allocated: Allocated::default(),
         }
     }
 
@@ -226,6 +231,7 @@ impl Builder {
             .sessions
             .alloc(tid, addr, size, category, in_poll)
             .or(inherited);
+        self.allocated.add(stack, session, size);
         let block = Block {
             ts,
             size,
@@ -250,6 +256,7 @@ impl Builder {
         // Saturating: a producer's timestamps need not be monotonic in record order.
         let to_s = |ts: &u64| ts.saturating_sub(start_ns) as f64 / 1e9;
         let worker_ends_s = self.sessions.worker_ends().iter().map(to_s).collect();
+        let allocated = std::mem::take(&mut self.allocated).resolved(|k| self.sessions.resolve(k));
         let (lives, index) = self.sessions.finish();
         let mut bytes = vec![SessionBytes::default(); lives.len()];
         for (key, figures) in totals.sessions.iter().enumerate() {
@@ -285,6 +292,12 @@ impl Builder {
                 live_at_end: b.live_at_end,
             })
             .collect();
+        let profile = crate::profile::build(
+            allocated,
+            &totals.live,
+            |key| index.get(key as usize).map(|&i| sessions[i].state),
+            &mut self.stacks,
+        );
         let mut lost_by_reason: Vec<(LostReason, u64)> = self.lost.into_iter().collect();
         lost_by_reason.sort_by_key(|(r, _)| format!("{r:?}"));
         let mut warnings = Vec::new();
@@ -318,6 +331,7 @@ impl Builder {
             categories: totals.categories,
             samples: totals.samples,
             sites,
+            profile,
             grace_ns: self.grace_ns,
             warnings,
             missing_signals,

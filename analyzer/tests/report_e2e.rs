@@ -17,8 +17,16 @@ fn churn(url: &str, delete: bool) {
     Churn::abandon(SESSIONS).delete(delete).run(url);
 }
 
-/// (summary.json, the fixture's own retained bytes per session)
-fn run(composition: &str) -> (Value, f64) {
+/// One composition's recording, report and the fixture's own figure.
+struct Run {
+    summary: Value,
+    /// The fixture's own retained bytes per session (its heap growth).
+    fixture_per_session: f64,
+    recording: std::path::PathBuf,
+    report_dir: std::path::PathBuf,
+}
+
+fn run(composition: &str) -> Run {
     let server = FixtureProcess::start(
         &workspace_binary("fixture-server").unwrap(),
         &["--composition", composition, "--keep-alive", "2s"],
@@ -40,7 +48,12 @@ fn run(composition: &str) -> (Value, f64) {
     let out = scratch(&format!("{composition}-report"));
     let summary = report(&recording, &out);
     eprintln!("{composition}: fixture {fixture_per_session:.0} B/session; summary {summary:#}");
-    (summary, fixture_per_session)
+    Run {
+        summary,
+        fixture_per_session,
+        recording,
+        report_dir: out,
+    }
 }
 
 fn category(summary: &Value, name: &str) -> f64 {
@@ -59,7 +72,8 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
     if !ebpf_available("leaky_report_matches_the_fixtures_own_figure") {
         return;
     }
-    let (leaky, fixture) = run("leaky");
+    let leaky_run = run("leaky");
+    let (leaky, fixture) = (&leaky_run.summary, leaky_run.fixture_per_session);
     assert_eq!(leaky["format_version"], 2);
     assert_eq!(leaky["producer"], "ebpf");
     assert_eq!(leaky["sessions"]["count"], SESSIONS);
@@ -75,10 +89,10 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
     );
     let total: f64 = ["session-map", "worker-channel", "worker-other", "other"]
         .iter()
-        .map(|c| category(&leaky, c))
+        .map(|c| category(leaky, c))
         .sum();
     assert!(
-        category(&leaky, "session-map") >= 0.9 * total,
+        category(leaky, "session-map") >= 0.9 * total,
         "session-map holds >= 90%"
     );
     let verdict = leaky["verdict"].as_str().unwrap();
@@ -89,8 +103,11 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
         "{verdict}"
     );
 
+    pprof_reads_like_the_report(&leaky_run);
+
     for composition in ["fixed", "service"] {
-        let (summary, _) = run(composition);
+        let fixed_run = run(composition);
+        let summary = &fixed_run.summary;
         assert_eq!(summary["sessions"]["count"], SESSIONS, "{composition}");
         assert_eq!(
             summary["sessions"]["states"]["closed"], SESSIONS,
@@ -105,7 +122,144 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
             summary["sessions"]["retained_bytes"]["total"], 0,
             "{composition}: no session retains anything"
         );
+        diff_shows_the_leak_gone(&leaky_run, &fixed_run);
     }
+}
+
+/// `leakscope diff leaky fixed`: the leak is shown gone, with the per-session
+/// figure checked against the fixture's own heap growth.
+fn diff_shows_the_leak_gone(leaky: &Run, fixed: &Run) {
+    let out = scratch(&format!(
+        "diff-{}",
+        fixed.recording.file_stem().unwrap().to_string_lossy()
+    ));
+    let status = Command::new(workspace_binary("leakscope").unwrap())
+        .arg("diff")
+        .args([&leaky.recording, &fixed.recording])
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for file in [
+        "diff.md",
+        "diff-live.svg",
+        "diff-live.png",
+        "diff-sessions.svg",
+        "diff-sessions.png",
+    ] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    let diff: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("diff.json")).unwrap()).unwrap();
+    assert_eq!(diff["format_version"], 1);
+    assert_eq!(diff["verdict_kind"], "fixed", "{diff:#}");
+    assert_eq!(diff["removed_share"], 1.0);
+    let removed = diff["removed_per_session_bytes"].as_f64().unwrap();
+    let fixture = leaky.fixture_per_session - fixed.fixture_per_session.max(0.0);
+    assert!(
+        (removed - fixture).abs() <= 0.10 * fixture,
+        "removed {removed} B per session within 10% of the fixtures' own difference {fixture:.0} B"
+    );
+    assert_eq!(diff["sessions"].as_array().unwrap().len() as u64, SESSIONS);
+    let gone = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["change"] == "disappeared" && s["category"] == "session-map")
+        .unwrap_or_else(|| panic!("the session-map site disappeared: {diff:#}"));
+    assert!(
+        gone["name"]
+            .as_str()
+            .unwrap()
+            .contains("create_local_session")
+    );
+    let verdict = diff["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains("100% of what was retained")
+            && verdict.contains("nothing new is retained"),
+        "{verdict}"
+    );
+
+    // The other way round, the change introduces the leak.
+    let status = Command::new(workspace_binary("leakscope").unwrap())
+        .arg("diff")
+        .args([&fixed.recording, &leaky.recording])
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let diff: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("diff.json")).unwrap()).unwrap();
+    assert_eq!(diff["verdict_kind"], "regressed", "{diff:#}");
+}
+
+/// `go tool pprof` reads `profile.pb.gz`: its top entry is the report's top
+/// site, and the bytes it shows for leaked sessions are the report's retained
+/// total. Skipped (with the reason) without Go, a failure where CI asks for it.
+fn pprof_reads_like_the_report(leaky: &Run) {
+    let go = Command::new("go").arg("version").output();
+    if !go.is_ok_and(|o| o.status.success()) {
+        let why = "go is not installed (apt-get install golang-go)";
+        if std::env::var("LEAKSCOPE_REQUIRE_GO").as_deref() == Ok("1") {
+            panic!("LEAKSCOPE_REQUIRE_GO=1 but {why}");
+        }
+        eprintln!("skipping the go tool pprof check: {why}");
+        return;
+    }
+    let profile = leaky.report_dir.join("profile.pb.gz");
+    let pprof = |args: &[&str]| -> String {
+        let out = Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg(&profile)
+            .env("PPROF_TMPDIR", scratch("pprof-tmp"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "go tool pprof {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The first row under the column headers: "flat flat% sum% cum cum% name".
+    let top = pprof(&["-top", "-unit=B"]);
+    let first = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no rows: {top}"));
+    let name = first.split_whitespace().nth(5).unwrap();
+    let site = leaky.summary["top_sites"][0]["frames"][0].as_str().unwrap();
+    // pprof shows names without their generic arguments.
+    let site_short = site.split('<').next().unwrap();
+    assert_eq!(
+        name, site_short,
+        "pprof's top entry {first:?}; the report's top site {site}"
+    );
+
+    let leaked = pprof(&[
+        "-top",
+        "-unit=B",
+        "-nodefraction=0",
+        "-nodecount=1000000",
+        "-tagfocus=session_state=leaked",
+    ]);
+    let shown: u64 = leaked
+        .lines()
+        .find_map(|l| l.strip_prefix("Showing nodes accounting for "))
+        .and_then(|rest| rest.split('B').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no total: {leaked}"));
+    assert_eq!(
+        shown,
+        leaky.summary["sessions"]["retained_bytes"]["total"]
+            .as_u64()
+            .unwrap(),
+        "{leaked}"
+    );
 }
 
 #[test]

@@ -22,6 +22,10 @@ pub struct DemoArgs {
     /// Where the recording and the report go (default: the target directory's `demo/`).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Also record the fixed composition under the same churn and write
+    /// `leakscope diff leaky.lsrec fixed.lsrec` into `diff/`.
+    #[arg(long)]
+    diff: bool,
 }
 
 /// What the fixture itself saw around one recorded churn.
@@ -109,17 +113,49 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         per_session / 1024.0
     );
     let report_dir = out.join("report");
-    let status = Command::new(bin.join("leakscope"))
-        .arg("report")
-        .arg(&recording)
-        .arg("--out")
-        .arg(&report_dir)
-        .status()?;
-    if !status.success() {
-        bail!("leakscope report failed ({status})");
-    }
+    leakscope(
+        &bin,
+        &[
+            "report".as_ref(),
+            recording.as_os_str(),
+            "--out".as_ref(),
+            report_dir.as_os_str(),
+        ],
+    )?;
     println!("recording: {}", recording.display());
     println!("report:    {}", report_dir.join("report.md").display());
+    if args.diff {
+        let fixed = out.join("fixed.lsrec");
+        record_churn(
+            &bin,
+            &probe,
+            "fixed",
+            args.sessions,
+            args.keep_alive,
+            &fixed,
+        )?;
+        let diff_dir = out.join("diff");
+        leakscope(
+            &bin,
+            &[
+                "diff".as_ref(),
+                recording.as_os_str(),
+                fixed.as_os_str(),
+                "--out".as_ref(),
+                diff_dir.as_os_str(),
+            ],
+        )?;
+        println!("diff:      {}", diff_dir.join("diff.md").display());
+    }
+    Ok(())
+}
+
+/// Runs the release `leakscope` with `args`; fails when it does.
+fn leakscope(bin: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
+    let status = Command::new(bin.join("leakscope")).args(args).status()?;
+    if !status.success() {
+        bail!("leakscope {:?} failed ({status})", args.first());
+    }
     Ok(())
 }
 

@@ -1,0 +1,495 @@
+//! `leakscope diff BEFORE AFTER`: two recordings of the same load (a buggy and a
+//! fixed build, or two releases of a dependency) side by side: session states
+//! and retained bytes, what changed at each call site, and one verdict sentence.
+//!
+//! Sessions are paired by birth order (the same churn opens them in the same
+//! order); sites by the name the report gives them (their addresses differ from
+//! build to build, their functions do not).
+//!
+//! `diff.json` field names are a contract, versioned by [`FORMAT_VERSION`]:
+//! * 1: the first contract.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::sessions::SessionState;
+use crate::summary::{Summary, VerdictKind, percentile, site_name};
+use crate::timeline::Timeline;
+use crate::units::bytes;
+
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A site's bytes changed when they moved by more than this share...
+const CHANGE_SHARE: f64 = 0.10;
+/// ...and by more than this many bytes (allocator noise, one more buffer).
+const CHANGE_BYTES: u64 = 1024;
+
+#[derive(Debug, Serialize)]
+pub struct Diff {
+    pub format_version: u32,
+    pub before: Side,
+    pub after: Side,
+    /// Retained bytes per leaked session (p50) before minus after.
+    pub removed_per_session_bytes: i64,
+    /// `removed_per_session_bytes` as a share of what was retained before (0..1;
+    /// 0 when nothing was retained before).
+    pub removed_share: f64,
+    /// Sites holding memory at the end in either recording, most changed first.
+    pub sites: Vec<SiteDelta>,
+    /// Per session, paired by birth order.
+    pub sessions: Vec<SessionPair>,
+    pub verdict_kind: DiffKind,
+    pub verdict: String,
+}
+
+/// What the change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiffKind {
+    /// Before leaked; after nothing is retained.
+    Fixed,
+    /// Less is retained, but not nothing.
+    Reduced,
+    /// About the same.
+    Unchanged,
+    /// More is retained after, or a new leak appeared.
+    Regressed,
+    /// One side cannot be decided (see its verdict).
+    Undecided,
+}
+
+/// One recording's figures.
+#[derive(Debug, Serialize)]
+pub struct Side {
+    pub recording: String,
+    pub exe: String,
+    pub pid: u32,
+    pub rmcp_version: Option<String>,
+    pub producer: &'static str,
+    pub duration_s: f64,
+    pub sessions: u64,
+    pub closed: u64,
+    pub leaked: u64,
+    pub live: u64,
+    pub unknown: u64,
+    /// Bytes retained by leaked sessions, total and per session (p50).
+    pub retained_bytes: u64,
+    pub retained_per_session_p50: u64,
+    /// Bytes live at the end of the recording, everything counted.
+    pub live_at_end_bytes: u64,
+    pub verdict_kind: VerdictKind,
+    pub verdict: String,
+}
+
+impl Side {
+    fn of(recording: &str, summary: &Summary, timeline: &Timeline) -> Self {
+        let s = &summary.sessions;
+        Self {
+            recording: recording.to_owned(),
+            exe: timeline.header.exe.clone(),
+            pid: timeline.header.pid,
+            rmcp_version: timeline.header.rmcp_version.clone(),
+            producer: summary.producer,
+            duration_s: summary.duration_s,
+            sessions: s.count,
+            closed: s.states.closed,
+            leaked: s.states.leaked,
+            live: s.states.live,
+            unknown: s.states.unknown,
+            retained_bytes: s.retained_bytes.total,
+            retained_per_session_p50: s.retained_bytes.p50,
+            live_at_end_bytes: timeline.sites.iter().map(|site| site.retained_bytes).sum(),
+            verdict_kind: summary.verdict_kind,
+            verdict: summary.verdict.clone(),
+        }
+    }
+
+    /// "fixture-server (rmcp 3.11.0), leaky.lsrec": the target, its version and
+    /// the recording (a fixed build often has the same name and version).
+    pub fn label(&self) -> String {
+        let exe = self.exe.rsplit('/').next().unwrap_or(&self.exe);
+        let file = self.recording.rsplit('/').next().unwrap_or(&self.recording);
+        match &self.rmcp_version {
+            Some(v) => format!("{exe} (rmcp {v}), {file}"),
+            None => format!("{exe}, {file}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    Disappeared,
+    Appeared,
+    Grew,
+    Shrank,
+    Unchanged,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteDelta {
+    pub name: String,
+    pub category: &'static str,
+    pub change: Change,
+    pub before: SiteFigures,
+    pub after: SiteFigures,
+    pub delta_bytes: i64,
+}
+
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct SiteFigures {
+    /// Bytes live at the end.
+    pub bytes: u64,
+    pub blocks: u64,
+    /// Of `bytes`, those of sessions whose worker is gone.
+    pub session_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionPair {
+    /// Birth order, from 0.
+    pub index: usize,
+    pub before: Option<SessionFigures>,
+    pub after: Option<SessionFigures>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SessionFigures {
+    pub state: SessionState,
+    pub retained_bytes: u64,
+    pub live_at_end_bytes: u64,
+}
+
+/// Sites by name: (category, figures).
+fn sites_by_name(timeline: &Timeline) -> BTreeMap<String, (&'static str, SiteFigures)> {
+    let mut by_name: BTreeMap<String, (&'static str, SiteFigures)> = BTreeMap::new();
+    for site in &timeline.sites {
+        let entry = by_name
+            .entry(site_name(site))
+            .or_insert((site.category.name(), SiteFigures::default()));
+        entry.1.bytes += site.retained_bytes;
+        entry.1.blocks += site.blocks;
+        entry.1.session_bytes += site.session_bytes;
+    }
+    by_name
+}
+
+fn sessions_in_birth_order(timeline: &Timeline) -> Vec<SessionFigures> {
+    let mut sessions: Vec<_> = timeline.sessions.iter().collect();
+    sessions.sort_by_key(|s| s.born_ns);
+    sessions
+        .into_iter()
+        .map(|s| SessionFigures {
+            state: s.state,
+            retained_bytes: s.retained,
+            live_at_end_bytes: s.live_at_end,
+        })
+        .collect()
+}
+
+/// Compares two analysed recordings (`before` and `after`, each with the path
+/// it was read from).
+pub fn diff(before: (&str, &Summary, &Timeline), after: (&str, &Summary, &Timeline)) -> Diff {
+    let side_before = Side::of(before.0, before.1, before.2);
+    let side_after = Side::of(after.0, after.1, after.2);
+
+    let old = sites_by_name(before.2);
+    let new = sites_by_name(after.2);
+    let mut names: Vec<&String> = old.keys().chain(new.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut sites: Vec<SiteDelta> = names
+        .into_iter()
+        .map(|name| {
+            let (category, b) = old.get(name).copied().unwrap_or_default();
+            let (category_after, a) = new.get(name).copied().unwrap_or_default();
+            let delta = a.bytes as i64 - b.bytes as i64;
+            let moved = delta.unsigned_abs() > CHANGE_BYTES
+                && delta.unsigned_abs() as f64 > CHANGE_SHARE * b.bytes.max(a.bytes) as f64;
+            let change = match (b.bytes, a.bytes) {
+                (0, 0) => Change::Unchanged,
+                (_, 0) if moved => Change::Disappeared,
+                (0, _) if moved => Change::Appeared,
+                _ if moved && delta > 0 => Change::Grew,
+                _ if moved => Change::Shrank,
+                _ => Change::Unchanged,
+            };
+            SiteDelta {
+                name: name.clone(),
+                category: if category.is_empty() {
+                    category_after
+                } else {
+                    category
+                },
+                change,
+                before: b,
+                after: a,
+                delta_bytes: delta,
+            }
+        })
+        .collect();
+    sites.sort_by_key(|s| {
+        (
+            std::cmp::Reverse(s.delta_bytes.unsigned_abs()),
+            s.name.clone(),
+        )
+    });
+
+    let old_sessions = sessions_in_birth_order(before.2);
+    let new_sessions = sessions_in_birth_order(after.2);
+    let sessions = (0..old_sessions.len().max(new_sessions.len()))
+        .map(|index| SessionPair {
+            index,
+            before: old_sessions.get(index).copied(),
+            after: new_sessions.get(index).copied(),
+        })
+        .collect();
+
+    // Per leaked session before, against the same sessions after (all of them:
+    // a fixed build's sessions retain 0).
+    let per_session = |sessions: &[SessionFigures], only_leaked: bool| {
+        let mut values: Vec<u64> = sessions
+            .iter()
+            .filter(|s| !only_leaked || s.state == SessionState::Leaked)
+            .map(|s| s.retained_bytes)
+            .collect();
+        values.sort_unstable();
+        percentile(&values, 50.0)
+    };
+    let before_p50 = per_session(&old_sessions, true);
+    let after_p50 = if side_after.leaked > 0 {
+        per_session(&new_sessions, true)
+    } else {
+        0
+    };
+    let removed = before_p50 as i64 - after_p50 as i64;
+    let removed_share = if before_p50 == 0 {
+        0.0
+    } else {
+        removed as f64 / before_p50 as f64
+    };
+    let (verdict_kind, verdict) = decide(
+        &side_before,
+        &side_after,
+        before_p50,
+        after_p50,
+        removed_share,
+        &sites,
+    );
+    Diff {
+        format_version: FORMAT_VERSION,
+        before: side_before,
+        after: side_after,
+        removed_per_session_bytes: removed,
+        removed_share,
+        sites,
+        sessions,
+        verdict_kind,
+        verdict,
+    }
+}
+
+/// Sites that retain session bytes after and did not before: a new leak.
+fn new_retention(sites: &[SiteDelta]) -> Vec<&SiteDelta> {
+    sites
+        .iter()
+        .filter(|s| s.after.session_bytes > 0 && s.before.session_bytes == 0)
+        .filter(|s| matches!(s.change, Change::Appeared | Change::Grew))
+        .collect()
+}
+
+fn decide(
+    before: &Side,
+    after: &Side,
+    before_p50: u64,
+    after_p50: u64,
+    removed_share: f64,
+    sites: &[SiteDelta],
+) -> (DiffKind, String) {
+    let fresh = new_retention(sites);
+    let new_part = match fresh.first() {
+        None => "nothing new is retained".to_owned(),
+        Some(site) => format!(
+            "but `{}` now retains {} it did not before",
+            site.name,
+            bytes(site.after.session_bytes)
+        ),
+    };
+    if before.verdict_kind == VerdictKind::Undecided || after.verdict_kind == VerdictKind::Undecided
+    {
+        let which = if before.verdict_kind == VerdictKind::Undecided {
+            "before"
+        } else {
+            "after"
+        };
+        return (
+            DiffKind::Undecided,
+            format!(
+                "Cannot compare: the {which} recording is undecided ({}).",
+                if which == "before" {
+                    &before.verdict
+                } else {
+                    &after.verdict
+                }
+            ),
+        );
+    }
+    if before.leaked > 0 && before_p50 > 0 {
+        let sentence = format!(
+            "the change removes {} per abandoned session: {:.0}% of what was retained ({} of {} sessions leaked before, {} of {} after)",
+            bytes(before_p50.saturating_sub(after_p50)),
+            (removed_share * 100.0).max(0.0),
+            before.leaked,
+            before.sessions,
+            after.leaked,
+            after.sessions
+        );
+        let kind = if after.leaked == 0 && fresh.is_empty() {
+            DiffKind::Fixed
+        } else if after_p50 < before_p50 && fresh.is_empty() {
+            DiffKind::Reduced
+        } else if after_p50 > before_p50 || !fresh.is_empty() {
+            DiffKind::Regressed
+        } else {
+            DiffKind::Unchanged
+        };
+        if kind == DiffKind::Unchanged {
+            return (
+                kind,
+                format!(
+                    "The change does not alter the leak: each of {} leaked sessions still retains {}; {new_part}.",
+                    after.leaked,
+                    bytes(after_p50)
+                ),
+            );
+        }
+        return (kind, format!("{}; {new_part}.", capitalize(&sentence)));
+    }
+    if after.leaked > 0 {
+        return (
+            DiffKind::Regressed,
+            format!(
+                "The change introduces a leak: {} of {} sessions leak after (none before), each retaining {}.",
+                after.leaked,
+                after.sessions,
+                bytes(after_p50)
+            ),
+        );
+    }
+    if !fresh.is_empty() || after.verdict_kind == VerdictKind::Leak {
+        return (
+            DiffKind::Regressed,
+            format!(
+                "No session leaked before or after, {new_part}; after: {}",
+                after.verdict
+            ),
+        );
+    }
+    (
+        DiffKind::Unchanged,
+        format!(
+            "No session leaks before or after ({} and {} sessions closed); {new_part}.",
+            before.closed, after.closed
+        ),
+    )
+}
+
+fn capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().collect::<String>() + chars.as_str())
+        .unwrap_or_default()
+}
+
+/// `diff.md`.
+pub fn render(diff: &Diff) -> String {
+    use std::fmt::Write;
+    let (b, a) = (&diff.before, &diff.after);
+    let mut md = String::new();
+    let _ = writeln!(md, "# leakscope diff: {} → {}\n", b.label(), a.label());
+    let _ = writeln!(md, "**Verdict:** {}\n", diff.verdict);
+    let _ = writeln!(md, "![live bytes before and after](diff-live.png)\n");
+    let _ = writeln!(md, "| | before | after |\n| --- | ---: | ---: |");
+    let rows: [(&str, String, String); 9] = [
+        (
+            "recording",
+            format!("`{}`", b.recording),
+            format!("`{}`", a.recording),
+        ),
+        ("target", b.label(), a.label()),
+        (
+            "duration",
+            format!("{:.1} s", b.duration_s),
+            format!("{:.1} s", a.duration_s),
+        ),
+        ("sessions", b.sessions.to_string(), a.sessions.to_string()),
+        ("closed", b.closed.to_string(), a.closed.to_string()),
+        ("leaked", b.leaked.to_string(), a.leaked.to_string()),
+        (
+            "live / unknown",
+            format!("{} / {}", b.live, b.unknown),
+            format!("{} / {}", a.live, a.unknown),
+        ),
+        (
+            "retained per leaked session (p50)",
+            bytes(b.retained_per_session_p50),
+            bytes(a.retained_per_session_p50),
+        ),
+        (
+            "retained by leaked sessions",
+            bytes(b.retained_bytes),
+            bytes(a.retained_bytes),
+        ),
+    ];
+    for (what, before, after) in rows {
+        let _ = writeln!(md, "| {what} | {before} | {after} |");
+    }
+    let _ = writeln!(
+        md,
+        "| live at the end | {} | {} |\n",
+        bytes(b.live_at_end_bytes),
+        bytes(a.live_at_end_bytes)
+    );
+    let _ = writeln!(
+        md,
+        "## Per session\n\n![retained per session before and after](diff-sessions.png)\n"
+    );
+    let _ = writeln!(md, "## Sites\n");
+    let _ = writeln!(
+        md,
+        "Bytes live at the end of each recording, by call site (the report's site names).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| site | category | before | after | change |\n| --- | --- | ---: | ---: | --- |"
+    );
+    for site in diff.sites.iter().filter(|s| s.change != Change::Unchanged) {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {:?} ({}{}) |",
+            site.name,
+            site.category,
+            bytes(site.before.bytes),
+            bytes(site.after.bytes),
+            site.change,
+            if site.delta_bytes >= 0 { "+" } else { "-" },
+            bytes(site.delta_bytes.unsigned_abs())
+        );
+    }
+    let unchanged = diff
+        .sites
+        .iter()
+        .filter(|s| s.change == Change::Unchanged)
+        .count();
+    let _ = writeln!(
+        md,
+        "\n{unchanged} other sites changed by less than {:.0}% or {}.\n",
+        CHANGE_SHARE * 100.0,
+        bytes(CHANGE_BYTES)
+    );
+    let _ = writeln!(md, "## Each side's own verdict\n");
+    let _ = writeln!(md, "- before: {}\n- after: {}", b.verdict, a.verdict);
+    md
+}
