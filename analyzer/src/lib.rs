@@ -26,6 +26,7 @@ pub mod diff;
 pub mod flamegraph;
 pub mod pprof;
 pub mod profile;
+pub mod redact;
 pub mod report;
 pub mod sessions;
 pub mod sites;
@@ -54,6 +55,10 @@ pub struct ReportOptions {
     pub rules: Option<PathBuf>,
     /// How long after a worker's end its session's frees still count as transient.
     pub grace_ns: u64,
+    /// An application trace (`tracing-chrome` JSON) to merge into `trace.json`.
+    pub app_trace: Option<PathBuf>,
+    /// Take the machine's paths and hostnames out of every output ([`redact`]).
+    pub redact: bool,
 }
 
 /// How far reading a recording has got.
@@ -129,39 +134,66 @@ pub fn report_with_progress(
     let summary = summarize(&timeline);
     std::fs::create_dir_all(&options.out_dir)
         .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
-    std::fs::write(
-        options.out_dir.join("summary.json"),
-        serde_json::to_string_pretty(&summary)?,
-    )?;
-    std::fs::write(
-        options.out_dir.join("report.md"),
-        report::render(&summary, &timeline),
-    )?;
-    std::fs::write(
-        options.out_dir.join("trace.json"),
-        serde_json::to_string(&trace::chrome_trace(
-            &timeline.header,
+    let redactor = options.redact.then(redact::Redactor::new);
+    // Every text output goes through this: redacted when asked.
+    let write = |name: &str, text: String| -> Result<()> {
+        let text = match &redactor {
+            Some(r) => r.text(&text),
+            None => text,
+        };
+        let path = options.out_dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    write("summary.json", serde_json::to_string_pretty(&summary)?)?;
+    write("report.md", report::render(&summary, &timeline))?;
+    let mut trace = trace::chrome_trace(
+        &timeline.header,
+        (
             timeline.start_ns,
             timeline.end_ns,
-            &timeline.sessions,
-            &timeline.samples,
-        ))?,
-    )?;
+            timeline.trace_origin_ns.unwrap_or(timeline.start_ns),
+        ),
+        &timeline.sessions,
+        &timeline.samples,
+    );
+    let mut warnings = timeline.warnings.clone();
+    if let Some(app) = &options.app_trace {
+        let text = std::fs::read_to_string(app)
+            .with_context(|| format!("cannot read {}", app.display()))?;
+        trace::merge_app_trace(&mut trace, &text, timeline.header.pid)
+            .with_context(|| format!("{} is not a Chrome trace", app.display()))?;
+        if timeline.trace_origin_ns.is_none() {
+            warnings.push(format!(
+                "the recording has no trace origin (it was not made with leakscope_inproc::chrome_layer): {} is merged into trace.json but its clock may not line up",
+                app.display()
+            ));
+        }
+    }
+    write("trace.json", serde_json::to_string(&trace)?)?;
     let exe = timeline.header.exe.rsplit('/').next().unwrap_or("target");
+    let flamegraph = options.out_dir.join("flamegraph.svg");
     flamegraph::write(
         &timeline.sites,
         &format!(
             "Bytes live at the end of the recording: {exe} (pid {})",
             timeline.header.pid
         ),
-        &options.out_dir.join("flamegraph.svg"),
+        &flamegraph,
     )?;
+    if redactor.is_some() {
+        write("flamegraph.svg", std::fs::read_to_string(&flamegraph)?)?;
+    }
     charts::write_all(&timeline, &options.out_dir)?;
-    pprof::write_timeline(&timeline, &options.out_dir.join("profile.pb.gz"))?;
-    Ok(Report {
-        summary,
-        warnings: timeline.warnings,
-    })
+    pprof::write_timeline(
+        &timeline,
+        &options.out_dir.join("profile.pb.gz"),
+        redactor.as_ref(),
+    )?;
+    let warnings = match &redactor {
+        Some(r) => warnings.iter().map(|w| r.text(w)).collect(),
+        None => warnings,
+    };
+    Ok(Report { summary, warnings })
 }
 
 /// The built-in category rules, with a user's rules file tried first.
@@ -213,12 +245,21 @@ pub fn diff_recordings(
     );
     std::fs::create_dir_all(&options.out_dir)
         .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
+    let redactor = options.redact.then(redact::Redactor::new);
+    let redacted = |text: String| match &redactor {
+        Some(r) => r.text(&text),
+        None => text,
+    };
     std::fs::write(
         options.out_dir.join("diff.json"),
-        serde_json::to_string_pretty(&diff)?,
+        redacted(serde_json::to_string_pretty(&diff)?),
     )?;
-    std::fs::write(options.out_dir.join("diff.md"), diff::render(&diff))?;
+    std::fs::write(
+        options.out_dir.join("diff.md"),
+        redacted(diff::render(&diff)),
+    )?;
     charts::write_diff(&old, &new, &diff, &options.out_dir)?;
+    let warnings = warnings.into_iter().map(redacted).collect();
     Ok(DiffReport { diff, warnings })
 }
 
@@ -232,13 +273,59 @@ pub fn pprof_with_progress(
     on_progress: impl FnMut(Progress),
 ) -> Result<Vec<String>> {
     let timeline = analyze_with_progress(recording, rules(rules_file)?, grace_ns, on_progress)?;
-    pprof::write_timeline(&timeline, out)?;
+    pprof::write_timeline(&timeline, out, None)?;
     Ok(timeline.warnings)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--redact`: no output names a directory of this machine.
+    #[test]
+    fn redacted_reports_name_no_path() {
+        let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings/leaky-5-sessions.lsrec");
+        let out_dir =
+            std::env::temp_dir().join(format!("leakscope-redacted-{}", std::process::id()));
+        report(
+            &recording,
+            &ReportOptions {
+                out_dir: out_dir.clone(),
+                rules: None,
+                grace_ns: 1_000_000_000,
+                app_trace: None,
+                redact: true,
+            },
+        )
+        .unwrap();
+        let header = RecordingReader::open(&recording).unwrap().header().clone();
+        let exe_dir = header.exe.rsplit_once('/').unwrap().0.to_owned();
+        assert!(exe_dir.len() > 1, "the sample names a directory: {exe_dir}");
+        for file in ["report.md", "summary.json", "trace.json", "flamegraph.svg"] {
+            let text = std::fs::read_to_string(out_dir.join(file)).unwrap();
+            assert!(!text.contains(&exe_dir), "{file} names {exe_dir}");
+            assert!(!text.contains("/.cargo/"), "{file} names a cargo path");
+        }
+        let mut profile = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(
+                std::fs::File::open(out_dir.join("profile.pb.gz")).unwrap(),
+            ),
+            &mut profile,
+        )
+        .unwrap();
+        let profile = <pprof::Profile as prost::Message>::decode(profile.as_slice()).unwrap();
+        assert!(
+            profile
+                .string_table
+                .iter()
+                .all(|s| !s.contains(&exe_dir) && !s.starts_with('/')),
+            "{:?}",
+            profile.string_table
+        );
+        assert!(profile.string_table.iter().any(|s| s == "fixture-server"));
+    }
 
     /// Every output of a report, from the checked-in leaky sample recording.
     #[test]
@@ -253,6 +340,8 @@ mod tests {
                 out_dir: out_dir.clone(),
                 rules: None,
                 grace_ns: 1_000_000_000,
+                app_trace: None,
+                redact: false,
             },
         )
         .unwrap()
@@ -283,6 +372,29 @@ mod tests {
             .count();
         assert_eq!(slices, 5, "one slice per session");
         let markdown = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
-        assert!(markdown.contains(&summary.verdict));
+        let verdict_line = markdown
+            .lines()
+            .find_map(|l| l.strip_prefix("**Verdict:** "))
+            .unwrap();
+        assert!(verdict_line.contains("](#per-session)"), "{verdict_line}");
+        // Without its links, the verdict line is summary.json's verdict.
+        let mut plain = String::new();
+        let mut rest = verdict_line;
+        while let Some(open) = rest.find('[') {
+            let close = rest[open..].find("](").unwrap() + open;
+            let end = rest[close..].find(')').unwrap() + close;
+            plain.push_str(&rest[..open]);
+            plain.push_str(&rest[open + 1..close]);
+            rest = &rest[end + 1..];
+        }
+        plain.push_str(rest);
+        assert_eq!(plain, summary.verdict);
+        let opening: Vec<&str> = markdown.lines().filter(|l| !l.is_empty()).take(5).collect();
+        assert!(opening[2].starts_with("**Sessions:**"), "{opening:?}");
+        assert!(opening[3].starts_with("**Recording:**"), "{opening:?}");
+        assert!(
+            opening[4].contains("(retained-vs-reclaimed.png)"),
+            "{opening:?}"
+        );
     }
 }

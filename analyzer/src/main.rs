@@ -34,6 +34,14 @@ enum Command {
         /// Frees within this long after a worker's end count as transient, later ones as reclaimed.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         grace: Duration,
+        /// The application's own trace (tracing-chrome JSON, e.g. from
+        /// leakscope_inproc::chrome_layer) to merge into trace.json, on one clock.
+        #[arg(long, value_name = "TRACE_JSON")]
+        app_trace: Option<PathBuf>,
+        /// Take this machine's paths and hostnames out of every output, for a
+        /// public bug tracker (paths become their file names, hosts `<host>`).
+        #[arg(long)]
+        redact: bool,
     },
     /// Compare two recordings of the same load (a buggy and a fixed build): write
     /// diff.md, diff.json and before/after charts (SVG+PNG).
@@ -51,6 +59,9 @@ enum Command {
         /// As for `report`, for both recordings.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         grace: Duration,
+        /// As for `report`: no paths or hostnames in the outputs.
+        #[arg(long)]
+        redact: bool,
     },
     /// Write a recording's heap profile in pprof's format (gzipped profile.proto),
     /// for go tool pprof, Grafana Pyroscope or Parca.
@@ -97,6 +108,8 @@ fn run(cli: Cli) -> Result<()> {
             out,
             rules,
             grace,
+            app_trace,
+            redact,
         } => {
             let progress = progress_bar();
             let outcome = report_with_progress(
@@ -105,6 +118,8 @@ fn run(cli: Cli) -> Result<()> {
                     out_dir: out.clone(),
                     rules,
                     grace_ns: grace.as_nanos() as u64,
+                    app_trace,
+                    redact,
                 },
                 |p| {
                     progress.set_length(p.total);
@@ -142,6 +157,7 @@ fn run(cli: Cli) -> Result<()> {
             out,
             rules,
             grace,
+            redact,
         } => {
             let progress = progress_bar();
             let outcome = leakscope_analyzer::diff_recordings(
@@ -151,6 +167,8 @@ fn run(cli: Cli) -> Result<()> {
                     out_dir: out.clone(),
                     rules,
                     grace_ns: grace.as_nanos() as u64,
+                    app_trace: None,
+                    redact,
                 },
                 |p| {
                     progress.set_length(p.total);

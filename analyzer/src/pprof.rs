@@ -309,9 +309,21 @@ pub fn to_proto(profile: &HeapProfile, origin: &Origin) -> Profile {
     }
 }
 
-/// Writes `profile` gzipped to `path`.
-pub fn write(profile: &HeapProfile, origin: &Origin, path: &Path) -> Result<()> {
-    let bytes = to_proto(profile, origin).encode_to_vec();
+/// Writes `profile` gzipped to `path`, its file names and comment redacted
+/// when a `redactor` is given.
+pub fn write(
+    profile: &HeapProfile,
+    origin: &Origin,
+    path: &Path,
+    redactor: Option<&crate::redact::Redactor>,
+) -> Result<()> {
+    let mut message = to_proto(profile, origin);
+    if let Some(redactor) = redactor {
+        for s in &mut message.string_table {
+            *s = redactor.text(s);
+        }
+    }
+    let bytes = message.encode_to_vec();
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut gz = GzEncoder::new(std::io::BufWriter::new(file), Compression::default());
@@ -321,7 +333,11 @@ pub fn write(profile: &HeapProfile, origin: &Origin, path: &Path) -> Result<()> 
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Writes a timeline's heap profile to `path`.
-pub fn write_timeline(timeline: &crate::timeline::Timeline, path: &Path) -> Result<()> {
-    write(&timeline.profile, &Origin::of(timeline), path)
+/// Writes a timeline's heap profile to `path` (see [`write`]).
+pub fn write_timeline(
+    timeline: &crate::timeline::Timeline,
+    path: &Path,
+    redactor: Option<&crate::redact::Redactor>,
+) -> Result<()> {
+    write(&timeline.profile, &Origin::of(timeline), path, redactor)
 }

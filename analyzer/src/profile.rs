@@ -150,8 +150,7 @@ pub fn build(
             std::collections::hash_map::Entry::Occupied(known) => known.get().clone(),
             std::collections::hash_map::Entry::Vacant(slot) => {
                 let ips = stacks.ips(stack).to_vec();
-                let per_ip: Vec<Vec<Frame>> =
-                    ips.iter().map(|ip| stacks.ip_frames(*ip)).collect();
+                let per_ip: Vec<Vec<Frame>> = ips.iter().map(|ip| stacks.ip_frames(*ip)).collect();
                 let all: Vec<Frame> = per_ip.iter().flatten().cloned().collect();
                 let mut drop = trim.allocator_frames(&all);
                 let mut locations = Vec::new();

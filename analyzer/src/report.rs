@@ -11,12 +11,47 @@ use crate::units::bytes;
 /// Names longer than this lose their generic arguments in the report.
 const READABLE_NAME: usize = 120;
 
+/// Where each part of the report is (GitHub's heading anchors).
+const PER_SESSION: &str = "#per-session";
+const BY_CATEGORY: &str = "#memory-by-category";
+const TOP_SITES: &str = "#top-retaining-call-sites";
+const FINDINGS: &str = "#findings-no-preset-needed";
+const RECORDING: &str = "#recording";
+const CHART: &str = "retained-vs-reclaimed.png";
+
+/// `report.md`. It opens with three lines (the verdict, the evidence, the
+/// recording) and the one chart a reader needs; the details follow, and every
+/// figure in the verdict links to the table or chart it comes from.
 pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     let mut md = String::new();
     let h = &timeline.header;
     let exe = h.exe.rsplit('/').next().unwrap_or(&h.exe);
     let _ = writeln!(md, "# leakscope report: {exe} (pid {})\n", h.pid);
-    let _ = writeln!(md, "**Verdict:** {}\n", summary.verdict);
+    let _ = writeln!(
+        md,
+        "**Verdict:** {}\n",
+        link_figures(&summary.verdict, &verdict_figures(summary, timeline))
+    );
+    let _ = writeln!(md, "{}\n", evidence_line(summary));
+    let rmcp = h
+        .rmcp_version
+        .as_deref()
+        .map(|v| format!(", rmcp {v}"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        md,
+        "**Recording:** {exe} (pid {}{rmcp}), {:.1} s by the {} producer, {} allocations, {} frees, {} lost events ([details]({RECORDING})).\n",
+        h.pid,
+        summary.duration_s,
+        summary.producer,
+        summary.events.alloc,
+        summary.events.free,
+        summary.events.lost
+    );
+    let _ = writeln!(
+        md,
+        "[![Live bytes by category over time; reclaimed bytes, session births and worker exits]({CHART})]({CHART})\n"
+    );
 
     let _ = writeln!(md, "## Memory by category\n");
     let _ = writeln!(
@@ -228,4 +263,158 @@ fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The second line: what the verdict rests on.
+fn evidence_line(summary: &Summary) -> String {
+    let s = &summary.sessions;
+    if s.count > 0 {
+        let st = s.states;
+        let retained = if st.leaked > 0 {
+            format!(
+                "; a leaked session retains {} (p50), {} in all",
+                bytes(s.retained_bytes.p50),
+                bytes(s.retained_bytes.total)
+            )
+        } else {
+            String::new()
+        };
+        return format!(
+            "**Sessions:** {} born: {} leaked, {} closed, {} live, {} unknown{retained} ([per session]({PER_SESSION}), [by category]({BY_CATEGORY})).",
+            s.count, st.leaked, st.closed, st.live, st.unknown
+        );
+    }
+    match summary.findings.first() {
+        Some(f) => format!(
+            "**Top site:** `{}` keeps {} in {} blocks, growing at {}/s{} ([findings]({FINDINGS})).",
+            f.name,
+            bytes(f.live_bytes),
+            f.live_blocks,
+            bytes(f.growth_bytes_per_s.max(0.0) as u64),
+            if f.leak_candidate {
+                ", a leak candidate"
+            } else {
+                ""
+            }
+        ),
+        None => format!(
+            "**Sites:** nothing allocated during the recording is still live ([findings]({FINDINGS}))."
+        ),
+    }
+}
+
+/// The figures the verdict may quote, each with where it comes from. The verdict
+/// is prose built from these same numbers (`summary::verdict`), formatted the
+/// same way.
+fn verdict_figures(summary: &Summary, timeline: &Timeline) -> Vec<(String, &'static str)> {
+    let s = &summary.sessions;
+    let st = s.states;
+    let mut figures: Vec<(String, &'static str)> = Vec::new();
+    for n in [st.leaked, st.closed, st.live, st.unknown] {
+        figures.push((format!("{n} of {} sessions", s.count), PER_SESSION));
+    }
+    figures.push((
+        format!("{} (p50)", bytes(s.retained_bytes.p50)),
+        PER_SESSION,
+    ));
+    figures.push((
+        format!("{} each (p50)", bytes(s.live_bytes.p50)),
+        PER_SESSION,
+    ));
+    figures.push((
+        format!("idle for {:.0} s (p50)", s.live_idle_s.p50),
+        PER_SESSION,
+    ));
+    let total_retained: u64 = summary.categories.iter().map(|c| c.retained_bytes).sum();
+    for c in &summary.categories {
+        let share = 100.0 * c.retained_bytes as f64 / total_retained.max(1) as f64;
+        figures.push((format!("{share:.0}% of it"), TOP_SITES));
+        figures.push((format!("({})", c.name), BY_CATEGORY));
+    }
+    for f in &summary.findings {
+        figures.push((
+            format!("keeps {} in {} blocks", bytes(f.live_bytes), f.live_blocks),
+            FINDINGS,
+        ));
+        figures.push((
+            format!(
+                "growing at {}/s",
+                bytes(f.growth_bytes_per_s.max(0.0) as u64)
+            ),
+            CHART,
+        ));
+    }
+    let live: u64 = timeline.sites.iter().map(|s| s.retained_bytes).sum();
+    figures.push((
+        format!("{} allocated during the recording", bytes(live)),
+        FINDINGS,
+    ));
+    figures.push((
+        format!("{} events were lost", summary.events.lost),
+        RECORDING,
+    ));
+    figures.push((
+        format!("{:.1} s is too short", summary.duration_s),
+        RECORDING,
+    ));
+    figures
+}
+
+/// `text` with the first occurrence of each figure made a Markdown link to its
+/// anchor; longer figures first, and never inside a link already made.
+fn link_figures(text: &str, figures: &[(String, &str)]) -> String {
+    // Segments of the text: (content, already a link).
+    let mut segments: Vec<(String, bool)> = vec![(text.to_owned(), false)];
+    let mut figures: Vec<&(String, &str)> = figures.iter().collect();
+    figures.sort_by_key(|(figure, _)| std::cmp::Reverse(figure.len()));
+    for (figure, anchor) in figures {
+        if figure.is_empty() {
+            continue;
+        }
+        let Some((i, at)) = segments
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, linked))| !linked)
+            .find_map(|(i, (content, _))| content.find(figure.as_str()).map(|at| (i, at)))
+        else {
+            continue;
+        };
+        let (content, _) = segments.remove(i);
+        let (before, rest) = content.split_at(at);
+        let after = &rest[figure.len()..];
+        let mut replacement = Vec::new();
+        if !before.is_empty() {
+            replacement.push((before.to_owned(), false));
+        }
+        replacement.push((format!("[{figure}]({anchor})"), true));
+        if !after.is_empty() {
+            replacement.push((after.to_owned(), false));
+        }
+        for (k, segment) in replacement.into_iter().enumerate() {
+            segments.insert(i + k, segment);
+        }
+    }
+    segments.into_iter().map(|(content, _)| content).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_link_once_and_never_inside_a_link() {
+        let figures = vec![
+            ("50 of 50 sessions".to_owned(), "#per-session"),
+            ("12.3 KiB (p50)".to_owned(), "#per-session"),
+            ("50".to_owned(), "#elsewhere"),
+        ];
+        let linked = link_figures(
+            "50 of 50 sessions leaked; each retains 12.3 KiB (p50), 50 more",
+            &figures,
+        );
+        assert_eq!(
+            linked,
+            "[50 of 50 sessions](#per-session) leaked; each retains [12.3 KiB (p50)](#per-session), [50](#elsewhere) more"
+        );
+    }
 }

@@ -59,6 +59,9 @@ pub struct Timeline {
     pub sites: Vec<Site>,
     /// Every stack's allocations and live blocks, for the pprof output.
     pub profile: HeapProfile,
+    /// Time zero of the application's own trace (`tracing-chrome`), if the
+    /// recording has one: `trace.json` then counts from it, so both line up.
+    pub trace_origin_ns: Option<u64>,
     pub grace_ns: u64,
     /// Things the reader of a report should know (e.g. a torn recording).
     pub warnings: Vec<String>,
@@ -83,6 +86,7 @@ pub struct Builder {
     lost: HashMap<LostReason, u64>,
     end_reason: Option<EndReason>,
     allocated: Allocated,
+    trace_origin_ns: Option<u64>,
 }
 
 impl Builder {
@@ -112,6 +116,7 @@ impl Builder {
             lost: HashMap::new(),
             end_reason: None,
             allocated: Allocated::default(),
+            trace_origin_ns: None,
         }
     }
 
@@ -207,6 +212,7 @@ impl Builder {
                 }
             }
             Record::Session { .. } => {}
+            Record::TraceOrigin { ts } => self.trace_origin_ns = Some(ts),
         }
     }
 
@@ -332,6 +338,7 @@ impl Builder {
             samples: totals.samples,
             sites,
             profile,
+            trace_origin_ns: self.trace_origin_ns,
             grace_ns: self.grace_ns,
             warnings,
             missing_signals,

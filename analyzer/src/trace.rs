@@ -2,7 +2,13 @@
 //!
 //! Each session is a slice on its own track from birth to its worker's end (or
 //! the end of the recording); memory is counter tracks: live bytes per category
-//! and cumulative reclaimed bytes. Times are microseconds since the recording began.
+//! and cumulative reclaimed bytes.
+//!
+//! Times are microseconds since the application trace's origin when the
+//! recording has one (`Record::TraceOrigin`, written by the in-process mode's
+//! `tracing-chrome` layer), else since the recording began. With an origin, the
+//! application's own trace (its spans: requests, sessions, rmcp's workers) is on
+//! the same clock, and [`merge_app_trace`] puts both into one file.
 
 use leakscope_recording::Header;
 use serde_json::{Value, json};
@@ -10,16 +16,17 @@ use serde_json::{Value, json};
 use crate::attribute::Category;
 use crate::timeline::{Sample, Session};
 
-/// The trace of a recording of `header`'s target from `start_ns` to `end_ns`.
+/// The trace of a recording of `header`'s target from `start_ns` to `end_ns`,
+/// with times counted from `origin_ns` (may be before or after `start_ns`).
 pub fn chrome_trace(
     header: &Header,
-    start_ns: u64,
-    end_ns: u64,
+    (start_ns, end_ns, origin_ns): (u64, u64, u64),
     sessions: &[Session],
     samples: &[Sample],
 ) -> Value {
     let pid = header.pid;
-    let us = |ns: u64| (ns.saturating_sub(start_ns)) as f64 / 1e3;
+    let us = |ns: u64| (ns as f64 - origin_ns as f64) / 1e3;
+    let start_us = us(start_ns);
     let mut events = vec![json!({
         "name": "process_name", "ph": "M", "pid": pid,
         "args": {"name": format!("{} (pid {pid})", header.exe)}
@@ -37,7 +44,7 @@ pub fn chrome_trace(
         }));
     }
     for sample in samples {
-        let ts = sample.t_s * 1e6;
+        let ts = start_us + sample.t_s * 1e6;
         let live: serde_json::Map<String, Value> = sample
             .live
             .entries()
@@ -50,4 +57,38 @@ pub fn chrome_trace(
         }));
     }
     json!({"traceEvents": events, "displayTimeUnit": "ms"})
+}
+
+/// Reads an application trace written by `tracing-chrome` (a JSON array of
+/// events, possibly unterminated when the application was killed) and adds its
+/// events to `trace`, under the recording's process id so that Perfetto shows
+/// the application's spans and leakscope's memory tracks in one process.
+pub fn merge_app_trace(trace: &mut Value, app: &str, pid: u32) -> anyhow::Result<usize> {
+    let events: Vec<Value> = match serde_json::from_str::<Value>(app) {
+        Ok(Value::Array(events)) => events,
+        Ok(Value::Object(mut object)) => match object.remove("traceEvents") {
+            Some(Value::Array(events)) => events,
+            _ => anyhow::bail!("no traceEvents array"),
+        },
+        Ok(_) => anyhow::bail!("not a Chrome trace (neither an array nor an object)"),
+        Err(first) => {
+            // Cut short: close the array after the last complete event.
+            let body = app.trim_end().trim_end_matches(',');
+            match serde_json::from_str::<Value>(&format!("{body}]")) {
+                Ok(Value::Array(events)) => events,
+                _ => anyhow::bail!("not a Chrome trace: {first}"),
+            }
+        }
+    };
+    let merged = trace["traceEvents"]
+        .as_array_mut()
+        .ok_or_else(|| anyhow::anyhow!("leakscope's trace has no traceEvents"))?;
+    let n = events.len();
+    for mut event in events {
+        if event.get("pid").is_some() {
+            event["pid"] = json!(pid);
+        }
+        merged.push(event);
+    }
+    Ok(n)
 }

@@ -54,6 +54,11 @@
 //!   have); the recording is the parent's. Its allocations bypass dhat as well,
 //!   whose spin lock another thread may have held at the fork.
 //!
+//! # The application's own trace (feature `chrome`)
+//! `chrome_layer` adds a `tracing-chrome` layer on the recording's clock, so the
+//! application's spans and the memory they hold open together in Perfetto
+//! (`leakscope report --app-trace`); see the `chrome` module's docs.
+//!
 //! Sessions come from `tracing` spans ([`SessionLayer`]): the application's
 //! `mcp_session` span (field `session_id`) around session creation, and rmcp's own
 //! `streamable_http_session` span (field `id`) that instruments every poll of the
@@ -61,10 +66,14 @@
 //! though rmcp spawns its task itself. The worker span's close is the worker's end.
 
 mod alloc;
+#[cfg(feature = "chrome")]
+mod chrome;
 mod layer;
 mod recorder;
 mod stack;
 
 pub use alloc::Alloc;
+#[cfg(feature = "chrome")]
+pub use chrome::{ChromeLayer, FlushGuard, chrome_layer};
 pub use layer::SessionLayer;
 pub use recorder::{Guard, Recorder, is_recording, start};

@@ -35,6 +35,8 @@ pub(crate) enum RawKind {
     SessionId,
     /// `addr` indexes the facts table: a session with this id was just created here.
     SessionCreated,
+    /// `addr` is the monotonic time an application trace counts from.
+    TraceOrigin,
 }
 
 #[derive(Clone, Copy)]
@@ -214,6 +216,25 @@ fn record_fact(kind: RawKind, id: &str) {
     });
 }
 
+/// Time zero of the application trace (`chrome_layer`), 0 when there is none:
+/// a recorder started later writes it first.
+static TRACE_ORIGIN: AtomicU64 = AtomicU64::new(0);
+
+/// An application trace counts its time from `ts` (monotonic ns): written into
+/// the running recording, and into every recording started later.
+#[cfg_attr(not(feature = "chrome"), allow(dead_code))]
+pub(crate) fn set_trace_origin(ts: u64) {
+    TRACE_ORIGIN.store(ts, Ordering::SeqCst);
+    guarded(|shared| push(shared, event(RawKind::TraceOrigin, ts, 0, 0, false)));
+}
+
+/// Marks this thread as leakscope's own for the rest of its life: what it
+/// allocates is never recorded (the application trace's writer thread).
+#[cfg_attr(not(feature = "chrome"), allow(dead_code))]
+pub(crate) fn quiet_thread() {
+    let _ = IN_RECORDER.try_with(|flag| flag.set(true));
+}
+
 /// Runs `f` with this thread marked "inside the recorder": what it allocates
 /// (the session layer's own bookkeeping) is not recorded. Nothing is recorded
 /// from inside `f` either, so record events before or after it.
@@ -285,6 +306,10 @@ impl Recorder {
             .with_context(|| format!("cannot create {}", path.display()))?;
         for mapping in target.mappings {
             writer.push(Record::Mapping(mapping))?;
+        }
+        let origin = TRACE_ORIGIN.load(Ordering::SeqCst);
+        if origin != 0 {
+            writer.push(Record::TraceOrigin { ts: origin })?;
         }
         writer.flush()?;
         let shared = SHARED.get_or_init(|| Shared {
@@ -456,6 +481,7 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std
             phase: Phase::Enter,
             arg: raw.addr,
         },
+        RawKind::TraceOrigin => Record::TraceOrigin { ts: raw.addr },
         RawKind::SessionId | RawKind::SessionCreated => {
             let facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
             let id = facts.get(raw.addr as usize).cloned().unwrap_or_default();

@@ -331,4 +331,10 @@ pub enum Record {
         ts: u64,
         reason: EndReason,
     },
+    /// The moment an application trace written beside this recording (the
+    /// in-process mode's `tracing-chrome` layer) counts its time from: its
+    /// timestamps are microseconds since `ts`, on this recording's clock.
+    TraceOrigin {
+        ts: u64,
+    },
 }

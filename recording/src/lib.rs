@@ -46,7 +46,8 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   [`Settings::missing_scopes`], [`Settings::scope_functions`],
 ///   `Record::Realloc::entry_ts` and
 ///   `SessionFact::Created`. Version 1 files still read (see `legacy`).
-pub const FORMAT_VERSION: u32 = 2;
+/// * 3: `Record::TraceOrigin` (appended: a version 2 file reads as is).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
