@@ -12,6 +12,12 @@ use aya::{Ebpf, EbpfLoader};
 use crate::EBPF_OBJECT;
 use crate::plan::Plan;
 
+/// Said with every attach failure: the kernel keeps one uprobe per file offset
+/// and refuses a second one whose reference counter differs (EINVAL, dmesg
+/// "ref_ctr_offset mismatch"). bcc's tools set one, so `memleak` attached to the
+/// same library, for any process, makes this attach fail until it detaches.
+const CONFLICT_HINT: &str = " (if the error is \"Invalid argument\": another tool's uprobe on the same function, e.g. bcc memleak, can cause it; see dmesg)";
+
 /// The loaded programs (attached while this lives) and the maps userspace reads.
 pub struct Loaded {
     /// Dropping it detaches every probe.
@@ -49,11 +55,12 @@ pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded>
         };
         program.attach(point, &probe.path, scope).with_context(|| {
             format!(
-                "cannot attach {} to {} ({}+{:#x})",
+                "cannot attach {} to {} ({}+{:#x}){}",
                 probe.program,
                 probe.function,
                 probe.path.display(),
-                probe.file_offset
+                probe.file_offset,
+                CONFLICT_HINT
             )
         })?;
         attached += 1;
