@@ -43,6 +43,18 @@ pub struct AttachOptions {
     pub ring_buffer_bytes: u32,
     /// Attach no-op programs at the same points (benchmarks: the uprobe floor).
     pub bare: bool,
+    /// Have the kernel time every program run (BPF_ENABLE_STATS), and report
+    /// each program's runs and mean time in the outcome: what the probe's own
+    /// code costs the target per call.
+    pub bpf_stats: bool,
+}
+
+/// One eBPF program's runs while attached (with [`AttachOptions::bpf_stats`]).
+#[derive(Debug, Clone)]
+pub struct ProgramStats {
+    pub program: &'static str,
+    pub runs: u64,
+    pub run_time: Duration,
 }
 
 /// What [`attach`] reports while it runs; the caller decides what to show.
@@ -61,6 +73,9 @@ pub enum AttachEvent<'a> {
 pub struct AttachOutcome {
     pub stats: Stats,
     pub end: EndReason,
+    /// Per program, when [`AttachOptions::bpf_stats`] asked for it; programs
+    /// that never ran are left out.
+    pub programs: Vec<ProgramStats>,
 }
 
 /// Attaches to `options.pid`, records into `options.out` until stopped, and
@@ -139,6 +154,16 @@ pub async fn attach(
     }
     capture.writer.flush()?;
 
+    // Kept open while recording: the kernel times program runs only while a
+    // stats fd (or the sysctl) is held.
+    let _stats_enabled = if options.bpf_stats {
+        Some(
+            aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                .context("cannot enable BPF run-time statistics (kernel 5.8 or later)")?,
+        )
+    } else {
+        None
+    };
     let mut loaded = match load_and_attach(&plan, target.pid, options.ring_buffer_bytes) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -180,6 +205,23 @@ pub async fn attach(
     .await
     .map_err(written)?;
 
+    let mut programs = Vec::new();
+    if options.bpf_stats {
+        let mut names: Vec<&'static str> = plan.probes.iter().map(|p| p.program).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            if let Some(info) = loaded.ebpf.program(name).and_then(|p| p.info().ok())
+                && info.run_count() > 0
+            {
+                programs.push(ProgramStats {
+                    program: name,
+                    runs: info.run_count(),
+                    run_time: info.run_time(),
+                });
+            }
+        }
+    }
     // Detach first so nothing new arrives, then take what is still buffered.
     let Loaded {
         ebpf,
@@ -201,7 +243,11 @@ pub async fn attach(
         Ok(stats)
     };
     let stats = finish().map_err(written)?;
-    Ok(AttachOutcome { stats, end })
+    Ok(AttachOutcome {
+        stats,
+        end,
+        programs,
+    })
 }
 
 async fn record_until_stopped<W: Write>(

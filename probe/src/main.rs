@@ -47,6 +47,10 @@ enum Command {
         /// Benchmarks: attach no-op programs at the same points, to measure the bare uprobe cost.
         #[arg(long, hide = true)]
         bare: bool,
+        /// At the end, print each eBPF program's runs and mean time per run (the
+        /// probe's own cost per call in the target, measured by the kernel).
+        #[arg(long)]
+        bpf_stats: bool,
     },
     /// Which lifecycle functions a preset finds in an executable, scope by scope
     /// (what `attach` would probe), without attaching. Exits 1 when a scope the
@@ -87,6 +91,7 @@ async fn run(cli: Cli) -> Result<()> {
             preset,
             ring_buffer_mib,
             bare,
+            bpf_stats,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -110,6 +115,7 @@ async fn run(cli: Cli) -> Result<()> {
                     preset,
                     ring_buffer_bytes: ring_buffer_mib << 20,
                     bare,
+                    bpf_stats,
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
@@ -138,6 +144,14 @@ async fn run(cli: Cli) -> Result<()> {
                 out.display(),
                 outcome.end.describe()
             );
+            for program in &outcome.programs {
+                eprintln!(
+                    "leakscope-probe: bpf-stats program={} runs={} ns_per_run={:.0}",
+                    program.program,
+                    program.runs,
+                    program.run_time.as_nanos() as f64 / program.runs as f64
+                );
+            }
             Ok(())
         }
         Command::PresetCheck { exe, preset, json } => {

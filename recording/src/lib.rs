@@ -47,7 +47,8 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   `Record::Realloc::entry_ts` and
 ///   `SessionFact::Created`. Version 1 files still read (see `legacy`).
 /// * 3: `Record::TraceOrigin` (appended: a version 2 file reads as is).
-pub const FORMAT_VERSION: u32 = 3;
+/// * 4: records frames are zstd-compressed (the header frame is not).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -191,12 +191,27 @@ impl<R: Read> Iterator for RecordingReader<R> {
 }
 
 /// A records frame of a recording of format `version`, as today's [`Record`]s.
-fn decode_records(bytes: &[u8], version: u32) -> Result<Vec<Record>, postcard::Error> {
+fn decode_records(bytes: &[u8], version: u32) -> Result<Vec<Record>, String> {
     if version == 1 {
-        let records: Vec<RecordV1> = postcard::from_bytes(bytes)?;
+        let records: Vec<RecordV1> = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
         return Ok(records.into_iter().map(Record::from).collect());
     }
-    postcard::from_bytes(bytes)
+    if version < 4 {
+        return postcard::from_bytes(bytes).map_err(|e| e.to_string());
+    }
+    // Bounded: a crafted frame cannot expand past what a writer ever makes.
+    let mut plain = Vec::new();
+    zstd::stream::read::Decoder::with_buffer(bytes)
+        .and_then(|decoder| {
+            decoder
+                .take(u64::from(MAX_FRAME_BYTES) + 1)
+                .read_to_end(&mut plain)
+        })
+        .map_err(|e| format!("zstd: {e}"))?;
+    if plain.len() > MAX_FRAME_BYTES as usize {
+        return Err(format!("a frame expands past {MAX_FRAME_BYTES} bytes"));
+    }
+    postcard::from_bytes(&plain).map_err(|e| e.to_string())
 }
 
 /// The header frame of a recording of format `version`, as today's [`Header`].
