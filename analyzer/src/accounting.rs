@@ -7,7 +7,7 @@
 //! leak signal. Live bytes per category are sampled every [`SAMPLE_INTERVAL_NS`].
 //! Memory is O(live blocks + sessions + samples).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::StackId;
 
@@ -109,7 +109,7 @@ impl Accounting {
     pub fn new(grace_ns: u64, sample_every_ns: u64) -> Self {
         Self {
             grace_ns,
-            live: HashMap::new(),
+            live: HashMap::default(),
             categories: PerCategory::default(),
             live_by_category: PerCategory::default(),
             reclaimed_total: 0,

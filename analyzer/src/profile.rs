@@ -10,7 +10,7 @@
 //! ([`crate::sites`]): a viewer's top function is then the report's top site,
 //! not `malloc`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Mapping, StackId};
 
@@ -101,7 +101,7 @@ impl Allocated {
     /// The same totals with each session key mapped through `resolve` (sessions
     /// merged while reading fold into one).
     pub fn resolved(self, resolve: impl Fn(SessionKey) -> SessionKey) -> Self {
-        let mut by: HashMap<_, Usage> = HashMap::new();
+        let mut by: HashMap<_, Usage> = HashMap::default();
         for ((stack, session), usage) in self.by {
             let total = by.entry((stack, session.map(&resolve))).or_default();
             total.objects += usage.objects;
@@ -121,7 +121,7 @@ pub fn build(
 ) -> HeapProfile {
     let label = |session: Option<SessionKey>| session.and_then(&state);
     let mut by_key: HashMap<(Option<StackId>, Option<SessionState>), (Usage, Usage)> =
-        HashMap::new();
+        HashMap::default();
     for ((stack, session), usage) in allocated.by {
         let entry = by_key.entry((stack, label(session))).or_default();
         entry.0.objects += usage.objects;
@@ -141,8 +141,8 @@ pub fn build(
         ..HeapProfile::default()
     };
     // A location is an address with some of its inlined frames trimmed.
-    let mut location_index: HashMap<(u64, usize), usize> = HashMap::new();
-    let mut stack_locations: HashMap<Option<StackId>, Vec<usize>> = HashMap::new();
+    let mut location_index: HashMap<(u64, usize), usize> = HashMap::default();
+    let mut stack_locations: HashMap<Option<StackId>, Vec<usize>> = HashMap::default();
     let mut keys: Vec<_> = by_key.into_iter().collect();
     keys.sort_by_key(|((stack, state), _)| (*stack, state.map(|s| s.name())));
     for ((stack, session), (alloc, inuse)) in keys {

@@ -28,7 +28,9 @@
 //!
 //! This stage knows nothing of bytes: the accounting stage asks it who owns a block.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Phase, ScopeKind};
 

@@ -5,7 +5,7 @@
 //! symbolized ([`crate::symbolize`]) and matched against the rules
 //! ([`crate::attribute`]) once.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Mapping, ScopeFunction, ScopeKind, StackId};
 
@@ -29,11 +29,11 @@ impl Stacks {
         Self {
             rules,
             symbolizer: Symbolizer::new(),
-            raw: HashMap::new(),
-            category: HashMap::new(),
+            raw: HashMap::default(),
+            category: HashMap::default(),
             mappings: Vec::new(),
             scope_functions: Vec::new(),
-            inside: HashMap::new(),
+            inside: HashMap::default(),
         }
     }
 

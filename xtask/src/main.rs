@@ -8,6 +8,7 @@ mod fuzz;
 mod preset_check;
 mod setup;
 mod shell;
+mod soak;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -35,8 +36,10 @@ enum Command {
     },
     /// Regenerate fixtures/recordings/ (small probe recordings the analyzer's unit tests read; needs root).
     Recordings,
-    /// What the probe costs a malloc/free pair, beside the bare-uprobe floor (ratios, one run).
+    /// What leakscope costs beside bcc memleak, heaptrack and DHAT, and the analyzer's speed: writes docs/BENCHMARKS.md and bench/results.json.
     Bench(bench::BenchArgs),
+    /// The probe on a leaking server for a long time (default 30 min): its memory and CPU against the server's growth; writes docs/soak.md.
+    Soak(soak::SoakArgs),
     /// Run the cargo-fuzz targets (recording reader + analyzer, DHAT importer) for N executions each.
     Fuzz(fuzz::FuzzArgs),
     /// Build a stock rmcp server against each release and count what the preset matches, scope by scope.
@@ -57,6 +60,7 @@ fn main() {
         Command::Demo(args) => demo::run(&args),
         Command::Attach { args } => attach(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Soak(args) => soak::run(&args),
         Command::Recordings => demo::regenerate_recordings(),
         Command::PresetCheck(args) => preset_check::run(&args),
         Command::Fuzz(args) => fuzz::run_targets(&args),
