@@ -70,6 +70,8 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let mut churn = Command::new(bin.join("churn"))
         .args(["--url", &server.mcp_url, "--count", &count.to_string()])
         .args(["--rate", &args.rate.to_string()])
+        // churn stops at --max-time (5 min by default): give it the whole soak.
+        .args(["--max-time", &format!("{}s", args.minutes * 60 + 60)])
         .stdout(Stdio::null())
         .spawn()
         .context("cannot run churn")?;
