@@ -123,6 +123,34 @@ impl Rules {
         })
     }
 
+    /// Which rules have a pattern matching `frame`: bit `i` for rule `i`. `None`
+    /// when there are too many rules for a mask ([`decide`](Self::decide) then).
+    /// Function names repeat across stacks, so a caller memoizes this per name
+    /// and decides each new stack with [`decide_by_masks`](Self::decide_by_masks)
+    /// without matching a pattern again.
+    pub fn matching(&self, frame: &str) -> Option<u64> {
+        if self.rules.len() > 64 {
+            return None;
+        }
+        Some(
+            self.rules
+                .iter()
+                .enumerate()
+                .filter(|(_, rule)| rule.patterns.iter().any(|p| p.matches(frame)))
+                .fold(0, |mask, (i, _)| mask | 1 << i),
+        )
+    }
+
+    /// [`decide`](Self::decide) from each frame's [`matching`](Self::matching) mask.
+    pub fn decide_by_masks(&self, masks: &[u64]) -> (Category, Option<usize>) {
+        for (i, rule) in self.rules.iter().enumerate() {
+            if let Some(index) = masks.iter().position(|mask| mask & (1 << i) != 0) {
+                return (rule.category, Some(index));
+            }
+        }
+        (Category::Other, None)
+    }
+
     /// The category of a block allocated under `frames` (function names, innermost first).
     pub fn categorize<'a>(&self, frames: impl IntoIterator<Item = &'a str> + Clone) -> Category {
         self.decide(frames).0
@@ -170,6 +198,26 @@ mod tests {
             Category::WorkerChannel
         );
         assert_eq!(rules.categorize(["main"].iter().copied()), Category::Other);
+    }
+
+    #[test]
+    fn deciding_by_masks_agrees_with_matching_every_pattern() {
+        let rules = Rules::builtin();
+        let stacks: [&[&str]; 3] = [
+            &[
+                "tokio::sync::mpsc::bounded::channel",
+                "rmcp::transport::streamable_http_server::session::local::create_local_session_with_event_store",
+            ],
+            &["tokio::sync::mpsc::bounded::channel", "main"],
+            &["main"],
+        ];
+        for frames in stacks {
+            let masks: Vec<u64> = frames.iter().map(|f| rules.matching(f).unwrap()).collect();
+            assert_eq!(
+                rules.decide_by_masks(&masks),
+                rules.decide(frames.iter().copied())
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct Stacks {
     symbolizer: Symbolizer,
     raw: HashMap<StackId, Vec<u64>>,
     category: HashMap<StackId, Category>,
+    /// Per function name, which rules match it ([`Rules::matching`]).
+    rules_matching: HashMap<String, Option<u64>>,
     mappings: Vec<Mapping>,
     /// The probed lifecycle functions (from the recording's header).
     scope_functions: Vec<ScopeFunction>,
@@ -31,6 +33,7 @@ impl Stacks {
             symbolizer: Symbolizer::new(),
             raw: HashMap::default(),
             category: HashMap::default(),
+            rules_matching: HashMap::default(),
             mappings: Vec::new(),
             scope_functions: Vec::new(),
             inside: HashMap::default(),
@@ -94,9 +97,23 @@ impl Stacks {
             return *category;
         }
         let frames = self.frames(Some(id));
-        let category = self
-            .rules
-            .categorize(frames.iter().map(|f| f.function.as_str()));
+        let masks: Option<Vec<u64>> = frames
+            .iter()
+            .map(|f| match self.rules_matching.get(f.function.as_str()) {
+                Some(known) => *known,
+                None => {
+                    let mask = self.rules.matching(&f.function);
+                    self.rules_matching.insert(f.function.clone(), mask);
+                    mask
+                }
+            })
+            .collect();
+        let category = match masks {
+            Some(masks) => self.rules.decide_by_masks(&masks).0,
+            None => self
+                .rules
+                .categorize(frames.iter().map(|f| f.function.as_str())),
+        };
         self.category.insert(id, category);
         category
     }

@@ -250,7 +250,10 @@ impl Builder {
 
     fn free(&mut self, ts: u64, addr: u64) -> Option<Block> {
         let block = self.books.free(ts, addr, &self.sessions)?;
-        self.sessions.free(addr);
+        // Only a session's block can be a birth-window block (most frees are not).
+        if block.session.is_some() {
+            self.sessions.free(addr);
+        }
         Some(block)
     }
 

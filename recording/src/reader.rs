@@ -47,6 +47,15 @@ pub struct RecordingReader<R: Read = BufReader<File>> {
     batch: std::vec::IntoIter<Record>,
     offset: u64,
     tail: Option<Tail>,
+    /// Reused across frames: one decompression context and one output buffer,
+    /// instead of a new context and a growing buffer per frame.
+    unzip: Unzip,
+}
+
+#[derive(Default)]
+struct Unzip {
+    context: Option<zstd::bulk::Decompressor<'static>>,
+    plain: Vec<u8>,
 }
 
 impl RecordingReader<BufReader<File>> {
@@ -118,6 +127,7 @@ impl<R: Read> RecordingReader<R> {
             batch: Vec::new().into_iter(),
             offset,
             tail: None,
+            unzip: Unzip::default(),
         })
     }
 
@@ -140,6 +150,16 @@ impl<R: Read> RecordingReader<R> {
         self.offset
     }
 
+    /// The rest of the current frame's records, or the next frame's, at once:
+    /// for a reader on a thread of its own, handing whole batches to a consumer.
+    /// `None` at the end, as [`next`](Iterator::next).
+    pub fn next_frame(&mut self) -> Option<Vec<Record>> {
+        if self.batch.len() == 0 && (self.tail.is_some() || !self.next_batch()) {
+            return None;
+        }
+        Some(std::mem::replace(&mut self.batch, Vec::new().into_iter()).collect())
+    }
+
     fn next_batch(&mut self) -> bool {
         let frame_start = self.offset;
         let frame = match read_frame(&mut self.input, &mut self.offset) {
@@ -147,7 +167,7 @@ impl<R: Read> RecordingReader<R> {
             Err(e) => Frame::Torn(e.to_string()),
         };
         match frame {
-            Frame::Payload(bytes) => match decode_records(&bytes, self.version) {
+            Frame::Payload(bytes) => match decode_records(&bytes, self.version, &mut self.unzip) {
                 Ok(records) => {
                     self.batch = records.into_iter();
                     true
@@ -191,7 +211,7 @@ impl<R: Read> Iterator for RecordingReader<R> {
 }
 
 /// A records frame of a recording of format `version`, as today's [`Record`]s.
-fn decode_records(bytes: &[u8], version: u32) -> Result<Vec<Record>, String> {
+fn decode_records(bytes: &[u8], version: u32, unzip: &mut Unzip) -> Result<Vec<Record>, String> {
     if version == 1 {
         let records: Vec<RecordV1> = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
         return Ok(records.into_iter().map(Record::from).collect());
@@ -200,6 +220,24 @@ fn decode_records(bytes: &[u8], version: u32) -> Result<Vec<Record>, String> {
         return postcard::from_bytes(bytes).map_err(|e| e.to_string());
     }
     // Bounded: a crafted frame cannot expand past what a writer ever makes.
+    // The writer's frames say how big they expand: decompress in one call.
+    if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(bytes) {
+        if size > u64::from(MAX_FRAME_BYTES) {
+            return Err(format!("a frame expands past {MAX_FRAME_BYTES} bytes"));
+        }
+        let context = match &mut unzip.context {
+            Some(context) => context,
+            empty => {
+                empty.insert(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?)
+            }
+        };
+        unzip.plain.clear();
+        unzip.plain.reserve(size as usize);
+        context
+            .decompress_to_buffer(bytes, &mut unzip.plain)
+            .map_err(|e| format!("zstd: {e}"))?;
+        return postcard::from_bytes(&unzip.plain).map_err(|e| e.to_string());
+    }
     let mut plain = Vec::new();
     zstd::stream::read::Decoder::with_buffer(bytes)
         .and_then(|decoder| {

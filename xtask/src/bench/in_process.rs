@@ -1,0 +1,168 @@
+//! The in-process mode's cost per pair.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::median;
+
+/// The in-process mode's cost on `Box` pairs, every mode in its own long-lived
+/// `alloc-bench`, timed round by round (A B C D E, A B C D E, ...):
+/// the system allocator; heaptrack started with the same program (the in-process
+/// tool users pick); `leakscope_inproc::Alloc` idle; the recorder alone
+/// (`Recorder::start`); and dhat's profiler plus the recorder (`start`).
+pub(super) fn in_process(
+    pairs: u64,
+    rounds: usize,
+    alloc_bench: &Path,
+    inproc_alloc_bench: &Path,
+    scratch: &Path,
+) -> Result<Value> {
+    let pairs = (pairs / 10).max(1000);
+    let command = format!("box {pairs}");
+    let heaptrack_out = scratch.join("heaptrack.alloc-bench");
+    let mut heaptrack_command = Command::new("heaptrack");
+    heaptrack_command
+        .arg("-o")
+        .arg(&heaptrack_out)
+        .arg(alloc_bench);
+    let out = scratch.join("inproc.lsrec");
+    let mut modes: Vec<(&'static str, Bench, Option<String>)> = vec![
+        ("system_ns", Bench::start(Command::new(alloc_bench))?, None),
+        (
+            "wrapper_idle_ns",
+            Bench::start(Command::new(inproc_alloc_bench))?,
+            None,
+        ),
+        (
+            "recorder_only_ns",
+            Bench::start(Command::new(inproc_alloc_bench))?,
+            Some(format!("record-only {}", out.display())),
+        ),
+        (
+            "recording_ns",
+            Bench::start(Command::new(inproc_alloc_bench))?,
+            Some(format!("record {}", out.display())),
+        ),
+    ];
+    let heaptrack = match Bench::start(heaptrack_command) {
+        Ok(bench) => {
+            modes.insert(1, ("heaptrack_ns", bench, None));
+            None
+        }
+        Err(e) => Some(format!(
+            "heaptrack cannot run alloc-bench ({e:#}; apt-get install heaptrack)"
+        )),
+    };
+    // One untimed run each: page faults, heaptrack's first interning of stacks.
+    for (_, bench, _) in &mut modes {
+        bench.time(&command)?;
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    for _ in 0..rounds {
+        for ((_, bench, record), samples) in modes.iter_mut().zip(&mut samples) {
+            if let Some(record) = record {
+                bench.ask(record)?;
+            }
+            samples.push(bench.time(&command)?);
+            if record.is_some() {
+                bench.ask("stop")?;
+            }
+        }
+    }
+    let mut result = json!({ "n": pairs, "rounds": rounds, "heaptrack_skipped": heaptrack });
+    for ((key, bench, _), samples) in modes.into_iter().zip(samples) {
+        bench.finish();
+        result[key] = json!(median(samples));
+    }
+    if heaptrack.is_some() {
+        result["heaptrack_ns"] = Value::Null;
+    }
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(out.with_file_name("dhat-heap.json"));
+    let _ = std::fs::remove_file(heaptrack_out.with_extension("alloc-bench.zst"));
+    Ok(result)
+}
+
+/// Builds `alloc-bench` with the in-process mode, in a target directory of its
+/// own, so neither build undoes the other.
+pub(super) fn build_inproc_alloc_bench(target: &Path) -> Result<std::path::PathBuf> {
+    crate::shell::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "leakscope-fixtures",
+        "--features",
+        "dhat-heap",
+        "--bin",
+        "alloc-bench",
+        "--target-dir",
+        &target.to_string_lossy(),
+    ])?;
+    Ok(target.join("release/alloc-bench"))
+}
+
+/// `alloc-bench`, driven over its stdin protocol.
+pub(super) struct Bench {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Bench {
+    /// Starts `command` (alloc-bench, or a wrapper that runs it) and waits for
+    /// `ready`; a wrapper's own lines before it are skipped.
+    fn start(mut command: Command) -> Result<Self> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let input = child.stdin.take().expect("piped");
+        let mut output = BufReader::new(child.stdout.take().expect("piped"));
+        loop {
+            let mut line = String::new();
+            if output.read_line(&mut line)? == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("alloc-bench stopped before it was ready");
+            }
+            if line.trim() == "ready" {
+                break;
+            }
+        }
+        Ok(Self {
+            child,
+            input,
+            output,
+        })
+    }
+
+    fn ask(&mut self, command: &str) -> Result<String> {
+        writeln!(self.input, "{command}")?;
+        let mut line = String::new();
+        self.output.read_line(&mut line)?;
+        if line.is_empty() {
+            bail!("alloc-bench stopped at {command:?}");
+        }
+        Ok(line.trim().to_owned())
+    }
+
+    fn time(&mut self, command: &str) -> Result<f64> {
+        let answer = self.ask(command)?;
+        answer
+            .parse()
+            .with_context(|| format!("alloc-bench said {answer:?}"))
+    }
+
+    fn finish(self) {
+        let Bench {
+            mut child, input, ..
+        } = self;
+        drop(input);
+        let _ = child.wait();
+    }
+}

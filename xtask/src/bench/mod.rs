@@ -1,0 +1,301 @@
+//! `cargo xtask bench`: what leakscope costs, beside the tools users would pick
+//! instead, measured side by side in one run on this machine.
+//!
+//! * **Pairs.** `bench/tools/pairs.c` times N `malloc(64)`+`free` pairs. Each
+//!   round runs it once per tool, interleaved (A B C D ... A B C D): nothing
+//!   attached, no-op uprobes at leakscope's attach points (the floor any uprobe
+//!   tool pays), the leakscope probe, bcc `memleak -p`, heaptrack and valgrind's
+//!   DHAT (both started with the program). Medians over rounds, with the spread.
+//! * **In-process.** `alloc-bench`'s `Box` pairs: system allocator, the wrapper
+//!   idle, and recording (dhat's profiler plus the leakscope recorder).
+//! * **Recording.** Bytes per event of a probe recording of `fixture-server`
+//!   under churn.
+//! * **Analyzer.** `leakscope report` on recordings of 1 M (and 10 M) events,
+//!   built by replaying that recording: events/s and peak RSS.
+//!
+//! It writes `docs/BENCHMARKS.md`, `docs/images/bench-pairs.svg` and
+//! `bench/results.json`; every figure there comes from this run. Nothing is
+//! asserted: the machine is shared and noisy, so claims are ratios from one run.
+//! A tool that cannot run is skipped with the reason, in the files too.
+
+mod analyzer;
+mod in_process;
+mod pairs;
+mod render;
+mod server;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::shell::{target_dir, workspace_root};
+use analyzer::{count_events, replay, time_report};
+use in_process::{build_inproc_alloc_bench, in_process};
+use pairs::{Env, Tool, build_pairs, prepare_bcc_headers, program_stats, time_pairs};
+use render::{bar_chart, render};
+use server::{ServerEnv, build_inproc_server, server_load};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// malloc/free pairs per timed run [default: 1000000; --quick: 200000].
+    #[arg(long)]
+    pairs: Option<u64>,
+    /// Rounds; each runs every tool once, interleaved; medians are reported [default: 3].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Events of the recordings the analyzer is timed on
+    /// [default: 1000000,10000000,50000000; --quick: 1000000].
+    #[arg(long, value_delimiter = ',')]
+    analyzer_events: Vec<u64>,
+    /// Seconds `churn` runs at each load in the server section [default: 10; --quick: 3].
+    #[arg(long)]
+    load_seconds: Option<u64>,
+    /// A developer's check in under two minutes: fewer pairs, shorter loads, the
+    /// analyzer on 1 M events only. Writes the same files.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these sections and print their JSON, writing no file (for working
+    /// on one part; the published files always come from a whole run). The
+    /// analyzer's replayed recordings are kept in target/bench then.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+}
+
+/// The parts of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    /// The pairs program under each tool, and the probe's per-program timing.
+    Pairs,
+    /// `fixture-server` under load with each tool.
+    Server,
+    /// The in-process mode on `Box` pairs, beside heaptrack.
+    InProcess,
+    /// Recording size and the analyzer's throughput.
+    Analyzer,
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    let wanted = |section| args.only.is_empty() || args.only.contains(&section);
+    let pairs = args
+        .pairs
+        .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
+    let rounds = args.rounds.unwrap_or(3).max(1);
+    let analyzer_events = if !args.analyzer_events.is_empty() {
+        args.analyzer_events.clone()
+    } else if args.quick {
+        vec![1_000_000]
+    } else {
+        vec![1_000_000, 10_000_000, 50_000_000]
+    };
+    let probe = crate::build_probe()?;
+    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
+    let inproc_target = target_dir().join("bench-inproc");
+    let (inproc_alloc_bench, inproc_server) =
+        if wanted(Section::InProcess) || wanted(Section::Server) {
+            (
+                build_inproc_alloc_bench(&inproc_target)?,
+                build_inproc_server(&inproc_target)?,
+            )
+        } else {
+            Default::default()
+        };
+    let scratch = target_dir().join("bench");
+    std::fs::create_dir_all(&scratch)?;
+    prepare_bcc_headers();
+    let mut results = json!({
+        "format_version": 2,
+        "quick": args.quick,
+        "machine": machine(),
+    });
+
+    if wanted(Section::Pairs) {
+        let env = Env {
+            pairs_bin: build_pairs(&scratch)?,
+            probe: probe.clone(),
+            scratch: scratch.clone(),
+        };
+        results["pairs"] = pairs_section(&env, pairs, rounds);
+    }
+    if wanted(Section::Server) {
+        let seconds = args.load_seconds.unwrap_or(if args.quick { 3 } else { 10 });
+        results["server"] = server_load(&ServerEnv {
+            bin: &bin,
+            inproc_server: &inproc_server,
+            probe: &probe,
+            scratch: &scratch,
+            seconds,
+        })?;
+    }
+    if wanted(Section::InProcess) {
+        results["in_process"] = in_process(
+            pairs,
+            rounds,
+            &bin.join("alloc-bench"),
+            &inproc_alloc_bench,
+            &scratch,
+        )?;
+    }
+    if wanted(Section::Analyzer) {
+        // A realistic recording: the probe on fixture-server under churn.
+        let recording = scratch.join("churn.lsrec");
+        let sessions = if args.quick { 50 } else { 200 };
+        crate::demo::record_churn(&bin, &probe, "leaky", sessions, 1, &recording)?;
+        let recorded = count_events(&recording)?;
+        let recording_bytes = std::fs::metadata(&recording)?.len();
+        results["recording"] = json!({
+            "bytes_per_event": recording_bytes as f64 / recorded as f64,
+            "events": recorded,
+            "file_bytes": recording_bytes,
+            "source": format!("leakscope-probe attached to fixture-server --composition leaky, churn of {sessions} abandoned sessions"),
+        });
+        let mut runs = Vec::new();
+        for &events in &analyzer_events {
+            let big = scratch.join(format!("replayed-{events}.lsrec"));
+            let made = replay(&recording, &big, events)?;
+            let (seconds, peak_rss, live_blocks) =
+                time_report(&bin.join("leakscope"), &big, &scratch)?;
+            let row = json!({
+                "events": made,
+                "file_bytes": std::fs::metadata(&big)?.len(),
+                "seconds": seconds,
+                "events_per_s": made as f64 / seconds,
+                "peak_rss_bytes": peak_rss,
+                "live_blocks_at_end": live_blocks,
+            });
+            eprintln!("analyzer: {row}");
+            runs.push(row);
+            // With --only they stay, for profiling the analyzer on them.
+            if args.only.is_empty() {
+                let _ = std::fs::remove_file(&big);
+            }
+        }
+        results["analyzer"] = json!({
+            "events_per_s": runs.last().map(|r| r["events_per_s"].clone()),
+            "runs": runs,
+        });
+    }
+    results["seconds"] = json!(started.elapsed().as_secs_f64());
+
+    if !args.only.is_empty() {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+        return Ok(());
+    }
+    let root = workspace_root();
+    std::fs::create_dir_all(root.join("bench"))?;
+    std::fs::write(
+        root.join("bench/results.json"),
+        serde_json::to_string_pretty(&results)? + "\n",
+    )?;
+    std::fs::write(
+        root.join("docs/images/bench-pairs.svg"),
+        bar_chart(&results["pairs"]),
+    )?;
+    std::fs::write(root.join("docs/BENCHMARKS.md"), render(&results, args))?;
+    println!(
+        "wrote docs/BENCHMARKS.md, docs/images/bench-pairs.svg and bench/results.json in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The pairs program under every tool, rounds interleaved, and where the
+/// probe's time goes.
+fn pairs_section(env: &Env, pairs: u64, rounds: usize) -> Value {
+    let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut skipped: BTreeMap<&'static str, String> = BTreeMap::new();
+    time_pairs(env, Tool::Unprobed, pairs / 10).ok(); // warm the page cache
+    for round in 1..=rounds {
+        for tool in Tool::ALL {
+            if skipped.contains_key(tool.key()) {
+                continue;
+            }
+            match time_pairs(env, tool, pairs) {
+                Ok(ns) => {
+                    eprintln!("round {round}: {}: {ns:.1} ns/pair", tool.key());
+                    samples.entry(tool.key()).or_default().push(ns);
+                }
+                Err(why) => {
+                    eprintln!("skipping {}: {why}", tool.key());
+                    skipped.insert(tool.key(), why);
+                }
+            }
+        }
+    }
+    // Where leakscope's time goes: the kernel's own timing of each program.
+    let programs = program_stats(env, pairs).unwrap_or_else(|e| {
+        eprintln!("no per-program figures: {e:#}");
+        Vec::new()
+    });
+    let median_of = |key: &str| samples.get(key).map(|s| median(s.clone()));
+    let mut pairs_json = json!({
+        "n": pairs,
+        "rounds": rounds,
+        "program": "bench/tools/pairs.c, cc -O1",
+    });
+    for tool in Tool::ALL {
+        pairs_json[format!("{}_ns", tool.key())] = json!(median_of(tool.key()));
+        pairs_json[format!("{}_skipped", tool.key())] = json!(skipped.get(tool.key()));
+        pairs_json[format!("{}_spread_ns", tool.key())] =
+            json!(samples.get(tool.key()).map(|s| [min(s), max(s)]));
+    }
+    let (base, floor, ours) = (
+        median_of("unprobed"),
+        median_of("floor"),
+        median_of("leakscope"),
+    );
+    if let (Some(base), Some(floor), Some(ours)) = (base, floor, ours) {
+        pairs_json["leakscope_vs_floor"] = json!((ours - base) / (floor - base));
+        pairs_json["leakscope_own_ns"] = json!(ours - floor);
+    }
+    if let (Some(ours), Some(bcc)) = (ours, median_of("bcc_memleak")) {
+        pairs_json["bcc_memleak_vs_leakscope"] = json!(bcc / ours);
+    }
+    pairs_json["leakscope_programs"] = json!(
+        programs
+            .iter()
+            .map(|(program, runs, ns)| json!({"program": program, "runs": runs, "ns_per_run": ns}))
+            .collect::<Vec<_>>()
+    );
+    pairs_json
+}
+
+pub(super) fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+pub(super) fn min(samples: &[f64]) -> f64 {
+    samples.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+pub(super) fn max(samples: &[f64]) -> f64 {
+    samples.iter().copied().fold(0.0, f64::max)
+}
+
+/// The machine the figures are from.
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|m| m.trim().to_owned());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| k.trim().to_owned())
+        .ok();
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    json!({
+        "kernel": kernel,
+        "cpu": model,
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "date": date,
+    })
+}

@@ -1,0 +1,363 @@
+//! The pairs program under each tool.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::shell::workspace_root;
+
+/// What runs the pairs program.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Tool {
+    Unprobed,
+    Floor,
+    Leakscope,
+    BccMemleak,
+    Heaptrack,
+    ValgrindDhat,
+}
+
+impl Tool {
+    pub(super) const ALL: [Tool; 6] = [
+        Tool::Unprobed,
+        Tool::Floor,
+        Tool::Leakscope,
+        Tool::BccMemleak,
+        Tool::Heaptrack,
+        Tool::ValgrindDhat,
+    ];
+
+    /// The key in `results.json` (`pairs.<key>_ns`).
+    pub(super) fn key(self) -> &'static str {
+        match self {
+            Tool::Unprobed => "unprobed",
+            Tool::Floor => "floor",
+            Tool::Leakscope => "leakscope",
+            Tool::BccMemleak => "bcc_memleak",
+            Tool::Heaptrack => "heaptrack",
+            Tool::ValgrindDhat => "valgrind_dhat",
+        }
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Tool::Unprobed => "nothing attached",
+            Tool::Floor => "no-op uprobes at the same points (the floor)",
+            Tool::Leakscope => "leakscope probe (attached by pid)",
+            Tool::BccMemleak => "bcc memleak (attached by pid)",
+            Tool::Heaptrack => "heaptrack (started with the program)",
+            Tool::ValgrindDhat => "valgrind --tool=dhat (started with the program)",
+        }
+    }
+
+    /// How to run it by hand (PAIRS is the built `bench/tools/pairs.c`).
+    pub(super) fn command(self) -> &'static str {
+        match self {
+            Tool::Unprobed => "`PAIRS N`",
+            Tool::Floor => "`PAIRS --wait N` + `leakscope-probe attach --pid PID --bare`",
+            Tool::Leakscope => "`PAIRS --wait N` + `leakscope-probe attach --pid PID`",
+            Tool::BccMemleak => "`PAIRS --wait N` + `memleak-bpfcc -p PID 3600`",
+            Tool::Heaptrack => "`heaptrack PAIRS N`",
+            Tool::ValgrindDhat => "`valgrind --tool=dhat PAIRS N`",
+        }
+    }
+}
+
+/// What the run needs.
+pub(super) struct Env {
+    pub(super) pairs_bin: PathBuf,
+    pub(super) probe: PathBuf,
+    pub(super) scratch: PathBuf,
+}
+
+/// Builds `bench/tools/pairs.c` with the system C compiler.
+pub(super) fn build_pairs(scratch: &Path) -> Result<PathBuf> {
+    let out = scratch.join("pairs");
+    let status = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(workspace_root().join("bench/tools/pairs.c"))
+        .status()
+        .context("cannot run cc (the benchmark's target program is C)")?;
+    if !status.success() {
+        bail!("cc bench/tools/pairs.c failed ({status})");
+    }
+    Ok(out)
+}
+
+/// bcc compiles its programs against kernel headers; this kernel ships none.
+/// Where `/lib/modules/$(uname -r)/build` is missing and the merged Debian
+/// headers are in `/opt/bcc-kernel-src` (see docs/BENCHMARKS.md), point bcc there.
+pub(super) fn prepare_bcc_headers() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let build = PathBuf::from(format!("/lib/modules/{}/build", release.trim()));
+    if std::env::var_os("BCC_KERNEL_SOURCE").is_none()
+        && !build.exists()
+        && Path::new("/opt/bcc-kernel-src").is_dir()
+    {
+        // SAFETY: single-threaded here; nothing else reads the environment concurrently.
+        unsafe { std::env::set_var("BCC_KERNEL_SOURCE", "/opt/bcc-kernel-src") };
+    }
+}
+
+/// `pairs --wait N` waiting for its go.
+pub(super) struct Waiting {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Waiting {
+    fn start(pairs_bin: &Path, n: u64) -> Result<Self, String> {
+        let mut child = Command::new(pairs_bin)
+            .args(["--wait", &n.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start pairs: {e}"))?;
+        let input = child.stdin.take().expect("piped");
+        let output = BufReader::new(child.stdout.take().expect("piped"));
+        Ok(Self {
+            child,
+            input,
+            output,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Starts the timed loop and reads its result.
+    fn go(mut self) -> Result<f64, String> {
+        writeln!(self.input, "go").map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.output
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let _ = self.child.wait();
+        parse_ns(&line).ok_or_else(|| format!("pairs said {line:?}"))
+    }
+}
+
+pub(super) fn parse_ns(text: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("ns_per_pair="))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// ns per pair of `n` pairs under `tool`; `Err` says why the tool cannot run.
+pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
+    match tool {
+        Tool::Unprobed => Waiting::start(&env.pairs_bin, n)?.go(),
+        Tool::Floor | Tool::Leakscope => {
+            let program = Waiting::start(&env.pairs_bin, n)?;
+            let out = env.scratch.join("pairs.lsrec");
+            let probe = attach(&env.probe, program.pid(), &out, tool == Tool::Floor)
+                .map_err(|e| format!("{e:#}"))?;
+            let ns = program.go();
+            stop(probe).map_err(|e| format!("{e:#}"))?;
+            ns
+        }
+        Tool::BccMemleak => {
+            let program = Waiting::start(&env.pairs_bin, n)?;
+            let memleak = BccMemleak::attach(program.pid(), &env.scratch)?;
+            let ns = program.go();
+            memleak.stop();
+            ns
+        }
+        Tool::Heaptrack => {
+            let out = run_to_end(
+                Command::new("heaptrack")
+                    .arg("-o")
+                    .arg(env.scratch.join("heaptrack.pairs"))
+                    .arg(&env.pairs_bin)
+                    .arg(n.to_string()),
+                "heaptrack (apt-get install heaptrack)",
+            )?;
+            parse_ns(&out).ok_or_else(|| format!("heaptrack run printed no figure: {out:?}"))
+        }
+        Tool::ValgrindDhat => {
+            let out = run_to_end(
+                Command::new("valgrind")
+                    .args(["--tool=dhat", "--dhat-out-file=/dev/null"])
+                    .arg(&env.pairs_bin)
+                    .arg(n.to_string()),
+                "valgrind (apt-get install valgrind)",
+            )?;
+            parse_ns(&out).ok_or_else(|| format!("valgrind run printed no figure: {out:?}"))
+        }
+    }
+}
+
+/// Runs `command` to its end; its stdout, or why it could not run.
+pub(super) fn run_to_end(command: &mut Command, what: &str) -> Result<String, String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what} is not installed ({e})"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!(
+            "{what} failed ({}): {}",
+            output.status,
+            stderr.lines().last().unwrap_or("")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// bcc's `memleak -p PID`, attached.
+pub(super) struct BccMemleak {
+    child: Child,
+}
+
+impl BccMemleak {
+    /// The uprobes bcc's memleak places on glibc: nine allocation functions with
+    /// entry and return probes each, plus `free` and `munmap`.
+    const GLIBC_PROBES: usize = 20;
+
+    pub(super) fn attach(pid: u32, scratch: &Path) -> Result<Self, String> {
+        let log = std::fs::File::create(scratch.join("memleak.log")).map_err(|e| e.to_string())?;
+        let child = Command::new("memleak-bpfcc")
+            .args(["-p", &pid.to_string(), "3600"])
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                format!("memleak-bpfcc is not installed ({e}; apt-get install bpfcc-tools)")
+            })?;
+        let mut memleak = Self { child };
+        // It compiles its program first (~2 s), then places its uprobes: wait for
+        // them all, or for their count to settle.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let (mut last, mut since) = (0, Instant::now());
+        loop {
+            if let Ok(Some(status)) = memleak.child.try_wait() {
+                let log = std::fs::read_to_string(scratch.join("memleak.log")).unwrap_or_default();
+                let why = log
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                return Err(format!("memleak-bpfcc exited ({status}): {why}"));
+            }
+            let probes = perf_event_fds(memleak.child.id());
+            if probes != last {
+                (last, since) = (probes, Instant::now());
+            }
+            if probes >= Self::GLIBC_PROBES
+                || (probes > 0 && since.elapsed() > Duration::from_secs(1))
+            {
+                std::thread::sleep(Duration::from_millis(500));
+                return Ok(memleak);
+            }
+            if Instant::now() > deadline {
+                memleak.stop();
+                return Err("memleak-bpfcc did not attach within 120 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(super) fn stop(mut self) {
+        // SIGTERM: a background job's SIGINT may be ignored; bcc detaches on TERM.
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { crate::demo::libc_kill(self.child.id() as i32, 15) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Perf-event file descriptors a process holds (one per bcc uprobe).
+pub(super) fn perf_event_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy() == "anon_inode:[perf_event]")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+pub(super) fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<Child> {
+    attach_with(probe, pid, out, if bare { &["--bare"] } else { &[] }, false)
+}
+
+/// `leakscope-probe attach` with `extra` arguments; its stderr piped when asked.
+pub(super) fn attach_with(
+    probe: &Path,
+    pid: u32,
+    out: &Path,
+    extra: &[&str],
+    stderr: bool,
+) -> Result<Child> {
+    let mut command = crate::shell::privileged(probe);
+    command
+        .args(["attach", "--pid", &pid.to_string(), "--out"])
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(if stderr {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    let mut child = command.spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    if !line.starts_with("attached:") {
+        let _ = child.kill();
+        bail!("the probe did not attach (is this root?): {line:?}");
+    }
+    Ok(child)
+}
+
+pub(super) fn stop(mut probe: Child) -> Result<()> {
+    // SAFETY: plain kill(2) on our own child; SIGINT makes the probe detach and finish.
+    unsafe { crate::demo::libc_kill(probe.id() as i32, 2) };
+    probe.wait()?;
+    Ok(())
+}
+
+/// One more leakscope run on the pairs program with `--bpf-stats`: each eBPF
+/// program's runs and mean ns per run, as the kernel timed them.
+pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<(String, u64, f64)>> {
+    let program = Waiting::start(&env.pairs_bin, n).map_err(anyhow::Error::msg)?;
+    let out = env.scratch.join("pairs-stats.lsrec");
+    let mut probe = attach_with(&env.probe, program.pid(), &out, &["--bpf-stats"], true)?;
+    let stderr = probe.stderr.take().expect("piped");
+    program.go().map_err(anyhow::Error::msg)?;
+    // The pairs program has exited: the probe detaches by itself.
+    probe.wait()?;
+    let mut stats = Vec::new();
+    for line in BufReader::new(stderr).lines() {
+        let line = line?;
+        let Some(rest) = line.split("bpf-stats ").nth(1) else {
+            continue;
+        };
+        let field = |key: &str| {
+            rest.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key))
+                .map(str::to_owned)
+        };
+        if let (Some(name), Some(runs), Some(ns)) =
+            (field("program="), field("runs="), field("ns_per_run="))
+        {
+            stats.push((name, runs.parse()?, ns.parse()?));
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,392 @@
+//! `docs/BENCHMARKS.md` and its chart, from `results.json` alone.
+
+use serde_json::Value;
+
+use super::{BenchArgs, pairs::Tool};
+
+pub(super) fn fmt_ns(v: &Value) -> String {
+    v.as_f64()
+        .map(|ns| format!("{ns:.1}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// `docs/BENCHMARKS.md`, from `results` alone.
+pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
+    use std::fmt::Write as _;
+    let p = &results["pairs"];
+    let m = &results["machine"];
+    let mut md = String::new();
+    let command = if args.quick {
+        "cargo xtask bench --quick"
+    } else {
+        "cargo xtask bench"
+    };
+    let _ = writeln!(md, "# Benchmarks\n");
+    let _ = writeln!(
+        md,
+        "Written by `{command}` ({:.0} s) on {} ({} CPUs, {}), kernel {}, {}. Every figure below is \
+         from that one run; rerun the command to get yours (`--quick` takes under two minutes and \
+         writes the same files). Side by side means interleaved: each round runs every tool once, \
+         in the order of the table; figures are medians over rounds, with the spread.\n",
+        results["seconds"].as_f64().unwrap_or(0.0),
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cpus"],
+        if results["quick"] == true {
+            "quick mode"
+        } else {
+            "full mode"
+        },
+        m["kernel"].as_str().unwrap_or("?"),
+        m["date"].as_str().unwrap_or("?"),
+    );
+    let _ = writeln!(
+        md,
+        "## malloc(64) + free pairs\n\n`bench/tools/pairs.c` (built with `cc -O1`) times {} pairs \
+         per run, {} rounds. PAIRS below is that program; tools attached by pid attach while it \
+         waits (`--wait`), then it runs.\n",
+        p["n"], p["rounds"]
+    );
+    let _ = writeln!(
+        md,
+        "| tool | ns per pair | spread | vs nothing attached | command |\n| --- | ---: | ---: | ---: | --- |"
+    );
+    let base = p["unprobed_ns"].as_f64();
+    for tool in Tool::ALL {
+        let ns = &p[format!("{}_ns", tool.key())];
+        let spread = p[format!("{}_spread_ns", tool.key())]
+            .as_array()
+            .map(|s| format!("{}-{}", fmt_ns(&s[0]), fmt_ns(&s[1])))
+            .unwrap_or_else(|| "-".into());
+        let ratio = match (ns.as_f64(), base) {
+            (Some(ns), Some(base)) => format!("{:.1}x", ns / base),
+            _ => "-".into(),
+        };
+        let shown = match p[format!("{}_skipped", tool.key())].as_str() {
+            Some(why) => format!("skipped: {why}"),
+            None => fmt_ns(ns),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {shown} | {spread} | {ratio} | {} |",
+            tool.label(),
+            tool.command()
+        );
+    }
+    let _ = writeln!(md, "\n![ns per pair by tool](images/bench-pairs.svg)\n");
+    if let (Some(vs_floor), Some(own)) = (
+        p["leakscope_vs_floor"].as_f64(),
+        p["leakscope_own_ns"].as_f64(),
+    ) {
+        let _ = writeln!(
+            md,
+            "leakscope costs **{vs_floor:.2}x the uprobe floor** per pair (what it adds over \
+             nothing attached, divided by what no-op uprobes at the same points add): {own:.0} ns \
+             of its own work per pair. The goal is 1.3x."
+        );
+    }
+    let programs = p["leakscope_programs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !programs.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nWhere leakscope's time goes, from one more run with `leakscope-probe attach \
+             --bpf-stats` (the kernel's own timing of each eBPF program, BPF_ENABLE_STATS; the \
+             rest of a pair's cost is the uprobe traps themselves):\n\n| program | runs | ns per run |\n| --- | ---: | ---: |"
+        );
+        for row in &programs {
+            let _ = writeln!(
+                md,
+                "| `{}` | {} | {:.0} |",
+                row["program"].as_str().unwrap_or("?"),
+                row["runs"],
+                row["ns_per_run"].as_f64().unwrap_or(0.0)
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\n`malloc_exit` reads the caller's stack (`bpf_get_stack`, user frames by frame \
+             pointer) and reserves the record in the ring buffer; `malloc_enter` keeps the call's \
+             size in the pending map; `free_enter` sends one small record."
+        );
+    }
+    match p["bcc_memleak_vs_leakscope"].as_f64() {
+        Some(r) => {
+            let _ = writeln!(
+                md,
+                "\nbcc memleak costs **{r:.1}x** what leakscope costs per pair, on the same program \
+                 in the same run. The goal is at least 4x."
+            );
+        }
+        None => {
+            let _ = writeln!(
+                md,
+                "\nbcc memleak was skipped: {}.",
+                p["bcc_memleak_skipped"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nheaptrack and DHAT run inside the program (`LD_PRELOAD` and valgrind's JIT), so they \
+         pay no trap per call; they must be started with the program, which a long-running \
+         server rarely allows. leakscope and bcc memleak attach to a running process.\n"
+    );
+    let _ = writeln!(
+        md,
+        "bcc memleak and leakscope cannot be attached to the same library at the same time: the \
+         kernel keeps one uprobe per file offset and refuses a second whose reference counter \
+         differs (dmesg: `ref_ctr_offset mismatch`). They are measured one after the other.\n"
+    );
+    let _ = writeln!(md, "### Setting up the other tools\n");
+    let _ = writeln!(
+        md,
+        "```sh\napt-get update\napt-get install -y bpfcc-tools heaptrack valgrind linux-headers-6.1.0-47-amd64\n\
+         mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing\n\
+         # bcc needs kernel headers; this kernel ships none: merge the nearest Debian ones\n\
+         mkdir -p /opt/bcc-kernel-src\n\
+         cp -a /usr/src/linux-headers-6.1.0-47-common/. /opt/bcc-kernel-src/\n\
+         cp -a /usr/src/linux-headers-6.1.0-47-amd64/. /opt/bcc-kernel-src/\n\
+         export BCC_KERNEL_SOURCE=/opt/bcc-kernel-src   # the bench sets it when /opt/bcc-kernel-src exists\n```\n"
+    );
+
+    let ip = &results["in_process"];
+    let _ = writeln!(
+        md,
+        "## In-process mode\n\n`alloc-bench`'s `box N`: {} `Box<[u8; 64]>` allocations and drops \
+         per run, {} rounds, every mode in its own long-lived process, rounds interleaved. \
+         heaptrack runs the same program (`heaptrack alloc-bench`): it is the in-process tool \
+         users pick.\n",
+        ip["n"], ip["rounds"]
+    );
+    let _ = writeln!(
+        md,
+        "| mode | ns per pair | vs system allocator | vs heaptrack |\n| --- | ---: | ---: | ---: |"
+    );
+    let system = ip["system_ns"].as_f64().unwrap_or(f64::NAN);
+    let heaptrack = ip["heaptrack_ns"].as_f64().unwrap_or(f64::NAN);
+    for (label, key) in [
+        ("system allocator", "system_ns"),
+        ("heaptrack (started with the program)", "heaptrack_ns"),
+        (
+            "leakscope_inproc::Alloc, not recording (dhat's wrapper idle)",
+            "wrapper_idle_ns",
+        ),
+        (
+            "recording: the leakscope recorder alone (`Recorder::start`)",
+            "recorder_only_ns",
+        ),
+        (
+            "recording: dhat's profiler + the leakscope recorder (`leakscope_inproc::start`)",
+            "recording_ns",
+        ),
+    ] {
+        let Some(ns) = ip[key].as_f64() else {
+            let _ = writeln!(
+                md,
+                "| {label} | skipped: {} | | |",
+                ip["heaptrack_skipped"].as_str().unwrap_or("not measured")
+            );
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "| {label} | {ns:.1} | {:.1}x | {:.2}x |",
+            ns / system,
+            ns / heaptrack
+        );
+    }
+    if let (Some(ours), Some(heaptrack)) =
+        (ip["recorder_only_ns"].as_f64(), ip["heaptrack_ns"].as_f64())
+    {
+        let _ = writeln!(
+            md,
+            "\nThe recorder alone costs **{:.2}x heaptrack** per pair (the goal is at most 1x): it \
+             walks the stack by frame pointer and appends a fixed-size event to a preallocated \
+             buffer, where heaptrack unwinds with libunwind and writes through a pipe.",
+            ours / heaptrack
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nThe dhat-backed mode is what it is: dhat's profiler captures a full backtrace per \
+         allocation and keeps its own table of every live block, and that dominates. It is for \
+         heap-profile tests, where `dhat::HeapStats` gives a test its assertions; it is not for \
+         production.\n"
+    );
+
+    render_server(&mut md, &results["server"]);
+
+    let r = &results["recording"];
+    let _ = writeln!(
+        md,
+        "## Recording size\n\n{:.1} bytes per event: {} events in {} bytes ({}). The goal is at most 16.\n",
+        r["bytes_per_event"].as_f64().unwrap_or(0.0),
+        r["events"],
+        r["file_bytes"],
+        r["source"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(
+        md,
+        "## Analyzer\n\n`leakscope report` (release build) on recordings made by replaying the \
+         recording above until they hold N events, each copy's addresses and times shifted past \
+         the last, so what each copy keeps adds to the live set. Peak RSS is the process's \
+         maximum resident set (wait4).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| events | file | seconds | events/s | peak RSS | blocks live at the end |\n| ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for row in results["analyzer"]["runs"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| {} | {:.1} MiB | {:.2} | {:.2} M | {:.1} MiB | {} |",
+            row["events"],
+            row["file_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+            row["seconds"].as_f64().unwrap_or(0.0),
+            row["events_per_s"].as_f64().unwrap_or(0.0) / 1e6,
+            row["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+            row["live_blocks_at_end"]
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nThe goal is at least 5 M events/s, with memory that follows the blocks live at the \
+         end, not the events. Reading (file, zstd, postcard) runs on a thread of its own, a few \
+         frames ahead of the stages.\n"
+    );
+    let _ = writeln!(
+        md,
+        "## Soak\n\nThe probe on a leaking server for half an hour, its memory and CPU sampled \
+         every 10 s: [soak.md](soak.md) (`cargo xtask soak --minutes 30`).\n\n`bench/results.json` \
+         holds every figure above."
+    );
+    md
+}
+
+/// A bar chart of ns per pair, as SVG. Hand-written: six labelled bars do not
+/// need plotters in xtask, and the file stays small and diffable.
+pub(super) fn bar_chart(p: &Value) -> String {
+    use std::fmt::Write as _;
+    let bars: Vec<(&str, f64)> = Tool::ALL
+        .iter()
+        .filter_map(|t| {
+            p[format!("{}_ns", t.key())]
+                .as_f64()
+                .map(|ns| (t.key(), ns))
+        })
+        .collect();
+    let top = bars.iter().map(|b| b.1).fold(1.0, f64::max);
+    let (width, row, left, right) = (760.0, 34.0, 130.0, 110.0);
+    let height = 50.0 + row * bars.len() as f64;
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="13">"#
+    );
+    let _ = writeln!(
+        svg,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15">ns per malloc(64)+free pair (median), {} pairs per run</text>"#,
+        p["n"]
+    );
+    for (i, (name, ns)) in bars.iter().enumerate() {
+        let y = 40.0 + row * i as f64;
+        let w = (width - left - right) * ns / top;
+        let color = match *name {
+            "leakscope" => "#d62728",
+            "floor" => "#7f7f7f",
+            _ => "#1f77b4",
+        };
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="end">{name}</text><rect x="{left}" y="{}" width="{w:.1}" height="{}" fill="{color}"/><text x="{}" y="{}">{ns:.0} ns</text>"#,
+            left - 8.0,
+            y + 17.0,
+            y + 4.0,
+            row - 10.0,
+            left + w + 6.0,
+            y + 17.0
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The server-under-load section: one table per load.
+fn render_server(md: &mut String, server: &Value) {
+    use super::server::{LOADS, ServerTool, load_key};
+    use std::fmt::Write as _;
+    if server.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## The server under load\n\n`{}` driven by `churn` (each session: `initialize`, \
+         `notifications/initialized`, one `tools/call`, then abandoned) for {} s at each load: 10 \
+         and 100 sessions/s, then as fast as it goes ({} sessions in flight). One server per \
+         tool; the loads run on it in that order. Latency is per request, to the end of its \
+         reply. Server CPU includes the probes' eBPF programs, which run in the server's \
+         context; tool CPU is the tool's own processes (the probe, bcc's python, heaptrack's \
+         interpreter).\n",
+        server["server"].as_str().unwrap_or("fixture-server"),
+        server["seconds_per_load"],
+        server["saturation_concurrency"],
+    );
+    let tools = &server["tools"];
+    let base = |load: &str| tools["unprobed"]["loads"][load]["sessions_per_s"].as_f64();
+    for load in LOADS {
+        let key = load_key(load);
+        let _ = writeln!(
+            md,
+            "### {}\n\n| tool | sessions/s | vs nothing attached | p50 ms | p99 ms | server CPU ms per session | tool CPU s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            match load {
+                Some(rate) => format!("{rate:.0} sessions/s"),
+                None => "Saturation".into(),
+            }
+        );
+        for tool in ServerTool::ALL {
+            let t = &tools[tool.key()];
+            if let Some(why) = t["skipped"].as_str() {
+                let _ = writeln!(md, "| {} | skipped: {why} | | | | | |", tool.label());
+                continue;
+            }
+            let row = &t["loads"][key.as_str()];
+            let rate = row["sessions_per_s"].as_f64().unwrap_or(f64::NAN);
+            let _ = writeln!(
+                md,
+                "| {} | {rate:.1} | {} | {:.2} | {:.2} | {:.2} | {} |",
+                tool.label(),
+                base(&key).map_or("-".into(), |b| format!("{:.2}x", rate / b)),
+                row["latency_p50_ms"].as_f64().unwrap_or(f64::NAN),
+                row["latency_p99_ms"].as_f64().unwrap_or(f64::NAN),
+                row["server_cpu_ms_per_session"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                row["tool_cpu_s"]
+                    .as_f64()
+                    .map_or("-".into(), |s| format!("{s:.2}")),
+            );
+        }
+        let _ = writeln!(md);
+    }
+    let lost: Vec<String> = ServerTool::ALL
+        .iter()
+        .filter_map(|tool| {
+            tools[tool.key()]["lost_events"]
+                .as_u64()
+                .map(|n| format!("{}: {n}", tool.label()))
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "Events lost over the whole run (from each recording; bcc memleak and heaptrack do not \
+         report theirs): {}. The goal at 10 sessions/s is at least 0.9x the throughput with \
+         nothing attached.\n",
+        if lost.is_empty() {
+            "-".into()
+        } else {
+            lost.join(", ")
+        }
+    );
+}

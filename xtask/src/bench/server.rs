@@ -1,0 +1,359 @@
+//! The server under load: `fixture-server --composition leaky` driven by
+//! `churn` at 10 and 100 sessions/s and at saturation, with nothing attached and
+//! under each tool a user would reach for. One server per tool; the loads run on
+//! it in that order, so every tool sees the same history (the leaky map grows
+//! the same way under each).
+//!
+//! Per load: sessions/s achieved, request latency (p50/p99, as `churn` times
+//! each request to the end of its reply), the target's CPU per session (eBPF
+//! programs run in the target's context, so the probe's in-kernel time is in
+//! it), the tool's own processes' CPU, and per tool the events it lost.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::pairs::{BccMemleak, attach, stop};
+
+/// Who watches the server.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum ServerTool {
+    Unprobed,
+    Leakscope,
+    BccMemleak,
+    Heaptrack,
+    InProcess,
+}
+
+impl ServerTool {
+    pub(super) const ALL: [ServerTool; 5] = [
+        ServerTool::Unprobed,
+        ServerTool::Leakscope,
+        ServerTool::BccMemleak,
+        ServerTool::Heaptrack,
+        ServerTool::InProcess,
+    ];
+
+    pub(super) fn key(self) -> &'static str {
+        match self {
+            ServerTool::Unprobed => "unprobed",
+            ServerTool::Leakscope => "leakscope",
+            ServerTool::BccMemleak => "bcc_memleak",
+            ServerTool::Heaptrack => "heaptrack",
+            ServerTool::InProcess => "in_process",
+        }
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            ServerTool::Unprobed => "nothing attached",
+            ServerTool::Leakscope => "leakscope probe (attached by pid)",
+            ServerTool::BccMemleak => "bcc memleak (attached by pid)",
+            ServerTool::Heaptrack => "heaptrack (started with the server)",
+            ServerTool::InProcess => "in-process mode (`--record`, dhat-backed)",
+        }
+    }
+}
+
+/// The load points, in the order they run: sessions/s, or `None` for as fast
+/// as `churn` can go.
+pub(super) const LOADS: [Option<f64>; 3] = [Some(10.0), Some(100.0), None];
+
+/// Sessions in flight at saturation (the rated loads use churn's default).
+const SATURATION_CONCURRENCY: usize = 16;
+
+pub(super) fn load_key(load: Option<f64>) -> String {
+    load.map_or("saturation".into(), |rate| format!("{rate:.0}_per_s"))
+}
+
+/// What the section needs.
+pub(super) struct ServerEnv<'a> {
+    /// `fixture-server` and `churn` (release).
+    pub bin: &'a Path,
+    /// `fixture-server` built with `--features dhat-heap`.
+    pub inproc_server: &'a Path,
+    pub probe: &'a Path,
+    pub scratch: &'a Path,
+    /// Seconds per load point.
+    pub seconds: u64,
+}
+
+/// Every tool at every load: `{tool: {loads: {load: {...}}, lost_events, ...}}`,
+/// or `{tool: {skipped: why}}`.
+pub(super) fn server_load(env: &ServerEnv) -> Result<Value> {
+    let mut tools = serde_json::Map::new();
+    for tool in ServerTool::ALL {
+        let row = match run_tool(env, tool) {
+            Ok(row) => row,
+            Err(why) => {
+                eprintln!("server: skipping {}: {why:#}", tool.key());
+                json!({ "skipped": format!("{why:#}") })
+            }
+        };
+        tools.insert(tool.key().into(), row);
+    }
+    Ok(json!({
+        "seconds_per_load": env.seconds,
+        "saturation_concurrency": SATURATION_CONCURRENCY,
+        "server": "fixture-server --composition leaky --keep-alive 5s",
+        "tools": tools,
+    }))
+}
+
+fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
+    let recording = env.scratch.join(format!("server-{}.lsrec", tool.key()));
+    let _ = std::fs::remove_file(&recording);
+    let args = ["--composition", "leaky", "--keep-alive", "5s"];
+    let server = match tool {
+        ServerTool::Heaptrack => {
+            let mut wrapper = Command::new("heaptrack");
+            wrapper
+                .arg("-o")
+                .arg(env.scratch.join("heaptrack.server"))
+                .arg(env.bin.join("fixture-server"))
+                .args(args);
+            Server::start(wrapper).context("heaptrack (apt-get install heaptrack)")?
+        }
+        ServerTool::InProcess => {
+            let mut command = Command::new(env.inproc_server);
+            command.args(args).arg("--record").arg(&recording);
+            Server::start(command)?
+        }
+        _ => {
+            let mut command = Command::new(env.bin.join("fixture-server"));
+            command.args(args);
+            Server::start(command)?
+        }
+    };
+    let watcher = match tool {
+        ServerTool::Leakscope => Watcher::Probe(attach(env.probe, server.pid, &recording, false)?),
+        ServerTool::BccMemleak => {
+            Watcher::Bcc(BccMemleak::attach(server.pid, env.scratch).map_err(anyhow::Error::msg)?)
+        }
+        _ => Watcher::None,
+    };
+    // The tool's own processes, whose CPU is the tool's: the probe, bcc's
+    // python, heaptrack's interpreter and compressor (the script's other children).
+    let tool_root = match (&watcher, tool) {
+        (Watcher::Probe(child), _) => Some(child.id()),
+        (Watcher::Bcc(bcc), _) => Some(bcc.pid()),
+        (_, ServerTool::Heaptrack) => Some(server.child.id()),
+        _ => None,
+    };
+    let mut loads = serde_json::Map::new();
+    for load in LOADS {
+        let server_cpu = cpu_seconds(server.pid);
+        let tool_cpu = tool_root.map(|root| tree_cpu_seconds(root, server.pid));
+        let report = churn(env, &server.url, load)?;
+        let created = report["created"].as_f64().unwrap_or(0.0);
+        let elapsed = report["elapsed_s"].as_f64().unwrap_or(f64::NAN);
+        let server_cpu = cpu_seconds(server.pid) - server_cpu;
+        let tool_cpu =
+            tool_root.map(|root| tree_cpu_seconds(root, server.pid) - tool_cpu.unwrap_or(0.0));
+        let row = json!({
+            "sessions": created,
+            "failed": report["failed"],
+            "sessions_per_s": created / elapsed,
+            "latency_p50_ms": report["latency_p50_ms"],
+            "latency_p99_ms": report["latency_p99_ms"],
+            "server_cpu_ms_per_session": server_cpu * 1e3 / created.max(1.0),
+            "tool_cpu_s": tool_cpu,
+        });
+        eprintln!("server: {} at {}: {row}", tool.key(), load_key(load));
+        loads.insert(load_key(load), row);
+    }
+    match watcher {
+        Watcher::Probe(child) => stop(child)?,
+        Watcher::Bcc(bcc) => bcc.stop(),
+        Watcher::None => {}
+    }
+    server.finish()?;
+    let lost = match tool {
+        ServerTool::Leakscope | ServerTool::InProcess => json!(lost_events(&recording)?),
+        _ => Value::Null,
+    };
+    let _ = std::fs::remove_file(&recording);
+    let _ = std::fs::remove_file(recording.with_file_name("dhat-heap.json"));
+    Ok(json!({ "loads": loads, "lost_events": lost }))
+}
+
+enum Watcher {
+    None,
+    Probe(Child),
+    Bcc(BccMemleak),
+}
+
+/// One load point: `churn`'s JSON report.
+fn churn(env: &ServerEnv, url: &str, load: Option<f64>) -> Result<Value> {
+    let mut command = Command::new(env.bin.join("churn"));
+    command.args(["--url", url]);
+    command.args(["--max-time", &format!("{}s", env.seconds)]);
+    match load {
+        Some(rate) => {
+            let count = (rate * env.seconds as f64).round() as u64;
+            command.args(["--rate", &rate.to_string(), "--count", &count.to_string()]);
+        }
+        None => {
+            command.args(["--rate", "1000000", "--count", "100000000"]);
+            command.args(["--concurrency", &SATURATION_CONCURRENCY.to_string()]);
+        }
+    }
+    // churn exits non-zero when it stops short of --count, which saturation
+    // always does: its JSON line is the result either way.
+    let output = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text.lines().last().unwrap_or("");
+    serde_json::from_str(line)
+        .with_context(|| format!("churn printed {line:?} ({})", output.status))
+}
+
+/// A `fixture-server`, maybe under a wrapper that starts it (heaptrack).
+struct Server {
+    /// What was started (the server itself, or its wrapper).
+    child: Child,
+    /// The server process.
+    pid: u32,
+    url: String,
+}
+
+impl Server {
+    fn start(mut command: Command) -> Result<Self> {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        // A wrapper prints its own lines first.
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(url) = line.trim().strip_prefix("listening on ") {
+                        break url.to_owned();
+                    }
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!("fixture-server did not print its address");
+                }
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let pid = descendant_named(child.id(), "fixture-server")
+            .context("cannot find the fixture-server process")?;
+        Ok(Self { child, pid, url })
+    }
+
+    /// SIGTERM to the server (it finishes its outputs), then waits for what was started.
+    fn finish(mut self) -> Result<()> {
+        // SAFETY: plain kill(2) on our own (grand)child.
+        unsafe { crate::demo::libc_kill(self.pid as i32, 15) };
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the server (or its wrapper) exited with {status}");
+        }
+        Ok(())
+    }
+}
+
+/// `root` itself or the first process under it whose `comm` is `name`.
+fn descendant_named(root: u32, name: &str) -> Option<u32> {
+    let comm = std::fs::read_to_string(format!("/proc/{root}/comm")).ok()?;
+    if comm.trim() == name {
+        return Some(root);
+    }
+    children(root)
+        .into_iter()
+        .find_map(|child| descendant_named(child, name))
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// User plus system CPU seconds of one process (all its threads).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesized command: state is field 3, utime 14, stime 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
+        .sum();
+    ticks / clock_ticks_per_second()
+}
+
+/// CPU seconds of `root` and everything under it, except `skip`'s subtree.
+fn tree_cpu_seconds(root: u32, skip: u32) -> f64 {
+    if root == skip {
+        return 0.0;
+    }
+    cpu_seconds(root)
+        + children(root)
+            .into_iter()
+            .map(|child| tree_cpu_seconds(child, skip))
+            .sum::<f64>()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    unsafe extern "C" {
+        fn sysconf(name: i32) -> i64;
+    }
+    const SC_CLK_TCK: i32 = 2;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { sysconf(SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// Events a recording says it dropped.
+fn lost_events(path: &Path) -> Result<u64> {
+    use leakscope_recording::{Record, RecordingReader};
+    let reader =
+        RecordingReader::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(reader
+        .filter_map(|r| match r {
+            Record::Lost { count, .. } => Some(count),
+            _ => None,
+        })
+        .sum())
+}
+
+/// Builds `fixture-server` with the in-process mode, in its own target directory
+/// (the in-process `alloc-bench` shares it).
+pub(super) fn build_inproc_server(target: &Path) -> Result<PathBuf> {
+    crate::shell::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "leakscope-fixtures",
+        "--features",
+        "dhat-heap",
+        "--bin",
+        "fixture-server",
+        "--target-dir",
+        &target.to_string_lossy(),
+    ])?;
+    Ok(target.join("release/fixture-server"))
+}
