@@ -60,12 +60,13 @@ pub const MAX_STACK_DEPTH: usize = 32;
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordKind {
-    /// [`AllocRecord`]: malloc, calloc, aligned_alloc, posix_memalign, or a Rust alloc shim.
-    Alloc = 1,
+    /// [`AllocEnterRecord`]: an allocation function was entered (malloc, calloc,
+    /// realloc, aligned_alloc, posix_memalign or a Rust alloc shim).
+    AllocEnter = 1,
     /// [`FreeRecord`]: free or a Rust dealloc shim.
     Free = 2,
-    /// [`AllocRecord`] with `old_addr`: realloc.
-    Realloc = 3,
+    /// [`AllocExitRecord`]: an allocation function returned.
+    AllocExit = 3,
     /// [`ScopeRecord`]: entry or return of an rmcp lifecycle function.
     Scope = 4,
 }
@@ -73,9 +74,9 @@ pub enum RecordKind {
 impl RecordKind {
     pub fn from_u32(value: u32) -> Option<Self> {
         Some(match value {
-            1 => Self::Alloc,
+            1 => Self::AllocEnter,
             2 => Self::Free,
-            3 => Self::Realloc,
+            3 => Self::AllocExit,
             4 => Self::Scope,
             _ => return None,
         })
@@ -94,25 +95,62 @@ pub struct RecordHeader {
     pub ts_ns: u64,
 }
 
-/// An allocation (or realloc) that returned `addr`.
+/// An allocation function's entry: the call's arguments.
+///
+/// Why entry and return are two records, paired in userspace, rather than one
+/// record sent at return with the entry's arguments kept in a per-thread map:
+/// the map's insert, lookup and delete were most of the probe's own cost per
+/// allocation (a hash-map update is the dearest helper a uprobe calls), and
+/// the ring buffer already keeps one thread's records in order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct AllocRecord {
+pub struct AllocEnterRecord {
     pub header: RecordHeader,
-    /// The new block; 0 when the allocator failed.
-    pub addr: u64,
+    /// An [`AllocCall`].
+    pub call: u32,
+    pub _pad: u32,
+    /// Bytes asked for (calloc: count times size).
     pub size: u64,
-    /// realloc only: the block that was resized (0 for malloc-like calls).
-    pub old_addr: u64,
-    /// `bpf_ktime_get_ns()` at the call's entry: a realloc frees `old_addr`
-    /// somewhere between entry and return, and another thread may be handed that
-    /// address before the return is recorded.
-    pub entry_ts_ns: u64,
+    /// realloc: the block being resized.
+    pub ptr_arg: u64,
+    /// The stack pointer at entry (it points at the return address). The
+    /// return's stack pointer is this plus [`RETURN_SP_OFFSET`]: that pairs a
+    /// return with its entry even when records of a nested call were lost.
+    pub sp: u64,
+    /// Records the ring buffer had refused so far (the `DROPS` counter). A call
+    /// entered while another is open on the same thread is nested in it (a tail
+    /// call such as `realloc(NULL, n)` -> `malloc` even shares its frame)
+    /// unless a record was dropped in between: then the open call's return may
+    /// be the one dropped, and it is not taken as open.
+    pub drops: u64,
+}
+
+/// An allocation function's return: the block, and the caller's stack.
+///
+/// The stack is read here rather than at entry: at the return the frame-pointer
+/// walk starts at the caller (the return address is the instruction pointer),
+/// while at entry the caller's return address is not in the frame chain yet
+/// and would cost one more read of user memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AllocExitRecord {
+    pub header: RecordHeader,
+    /// Which return probe: an [`AllocCall`] family (`Malloc` for malloc, calloc,
+    /// aligned_alloc and the Rust alloc shims; `Realloc`; `PosixMemalign`).
+    pub call: u32,
+    pub _pad: u32,
+    /// The block the caller got; 0 when the allocator failed.
+    pub addr: u64,
+    /// The stack pointer just after the return.
+    pub sp: u64,
     /// Bytes of `stack` filled by `bpf_get_stack`, or a negative errno.
     pub stack_bytes: i64,
     /// User return addresses, innermost first (the allocator's caller is first).
     pub stack: [u64; MAX_STACK_DEPTH],
 }
+
+/// A return's stack pointer minus its entry's: `ret` pops the return address.
+pub const RETURN_SP_OFFSET: u64 = 8;
 
 /// A block handed back to the allocator.
 #[repr(C)]
@@ -146,7 +184,7 @@ pub const PHASE_EXIT: u32 = 1;
 pub enum LostReason {
     /// The ring buffer was full.
     RingFull = 0,
-    /// The per-thread table of calls in progress was full.
+    /// The per-thread table of posix_memalign calls in progress was full.
     PendingFull = 1,
     /// `bpf_get_stack` failed (the record is still sent, without frames).
     Stack = 2,
@@ -175,7 +213,7 @@ impl From<LostReason> for leakscope_recording::LostReason {
     }
 }
 
-/// Which allocation function a pending call (entry seen, return not yet) is.
+/// Which allocation function a call is.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocCall {
@@ -186,24 +224,25 @@ pub enum AllocCall {
     AlignedAlloc = 5,
 }
 
-/// State kept between an allocation function's entry and its return, per thread.
-///
-/// Only the outermost call of a thread is recorded: an allocator function that
-/// calls another probed one (glibc's `realloc(NULL, n)` calls `malloc`, musl's
-/// `aligned_alloc` calls `malloc`, a `malloc` in a signal handler) only counts
-/// `depth` up and down, so the outer call's state is never overwritten and its
-/// block is recorded with the address the caller really got.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct PendingAlloc {
-    pub size: u64,
-    /// realloc: the old block; posix_memalign: where the result will be written.
-    pub ptr_arg: u64,
-    /// When the outermost call entered.
-    pub entry_ts_ns: u64,
-    pub call: u32,
-    /// Probed allocator calls in progress inside this one on the same thread.
-    pub depth: u32,
+impl AllocCall {
+    pub fn from_u32(value: u32) -> Option<Self> {
+        Some(match value {
+            1 => Self::Malloc,
+            2 => Self::Calloc,
+            3 => Self::Realloc,
+            4 => Self::PosixMemalign,
+            5 => Self::AlignedAlloc,
+            _ => return None,
+        })
+    }
+
+    /// The return probe this call's return goes through (see [`AllocExitRecord::call`]).
+    pub fn exit(self) -> Self {
+        match self {
+            Self::Malloc | Self::Calloc | Self::AlignedAlloc => Self::Malloc,
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -214,9 +253,13 @@ mod tests {
     #[test]
     fn records_are_ring_buffer_friendly() {
         assert_eq!(size_of::<RecordHeader>(), 16);
-        assert_eq!(size_of::<AllocRecord>(), 16 + 8 * 5 + 8 * MAX_STACK_DEPTH);
+        assert_eq!(size_of::<AllocEnterRecord>(), 56);
+        assert_eq!(
+            size_of::<AllocExitRecord>(),
+            16 + 8 * 4 + 8 * MAX_STACK_DEPTH
+        );
         assert_eq!(size_of::<FreeRecord>(), 24);
         assert_eq!(size_of::<ScopeRecord>(), 32);
-        assert_eq!(align_of::<AllocRecord>(), 8);
+        assert_eq!(align_of::<AllocExitRecord>(), 8);
     }
 }

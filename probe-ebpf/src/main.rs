@@ -1,10 +1,12 @@
 //! leakscope's uprobe programs: allocations, frees and rmcp lifecycle scopes.
 //!
-//! Allocation functions are probed twice: at entry (`*_enter`, remembers the size
-//! per thread in `PENDING`) and at return (`*_exit`, reads the returned block,
-//! walks the user stack by frame pointer, and sends an [`AllocRecord`]). `free`
-//! needs only its entry. Lifecycle functions send a [`ScopeRecord`] at entry and
-//! return; the uprobe cookie says which function it is.
+//! Allocation functions are probed twice: at entry (`*_enter` walks the user
+//! stack by frame pointer and sends an [`AllocEnterRecord`] with the call's
+//! arguments) and at return (`*_exit` sends an [`AllocExitRecord`] with the
+//! block). Userspace pairs the two by thread and stack pointer, and keeps only
+//! a thread's outermost allocator call (see `leakscope-probe`'s `capture`).
+//! `free` needs only its entry. Lifecycle functions send a [`ScopeRecord`] at
+//! entry and return; the uprobe cookie says which function it is.
 //!
 //! Rules for this file: the per-event path stays short (it runs inside every
 //! malloc of the target), nothing blocks, and every drop is counted in `LOST`.
@@ -22,30 +24,57 @@ mod programs {
     use aya_ebpf::helpers::generated::{bpf_get_attach_cookie, bpf_get_stack, bpf_ktime_get_ns};
     use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user};
     use aya_ebpf::macros::{map, uprobe, uretprobe};
-    use aya_ebpf::maps::{LruHashMap, PerCpuArray, RingBuf};
+    use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
     use aya_ebpf::programs::{ProbeContext, RetProbeContext};
     use leakscope_probe_ebpf::{
-        AllocCall, AllocRecord, FreeRecord, LOST_REASONS, LostReason, MAX_STACK_DEPTH, PHASE_ENTER,
-        PHASE_EXIT, PendingAlloc, RecordHeader, RecordKind, ScopeRecord,
+        AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, LOST_REASONS, LostReason,
+        MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind, ScopeRecord,
     };
 
     /// Records to userspace. Sized by the loader (`--ring-buffer`).
     #[map]
     static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
 
-    /// Allocation calls in progress, by thread id.
+    /// posix_memalign calls in progress, by thread id: where the block's address
+    /// will be written (`memptr`), read at the return. The only per-call state
+    /// the programs keep; the other allocation functions return their block.
     #[map]
-    static PENDING: LruHashMap<u32, PendingAlloc> = LruHashMap::with_max_entries(16384, 0);
+    static MEMPTR: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 
     /// Drop counters, indexed by [`LostReason`].
     #[map]
     static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_REASONS, 0);
+
+    /// Every record the ring buffer refused, across CPUs (see
+    /// [`AllocEnterRecord::drops`]). Written only when a record is dropped;
+    /// read with an array lookup, which the verifier inlines.
+    #[map]
+    static DROPS: Array<u64> = Array::with_max_entries(1, 0);
+
+    /// Not atomic: two CPUs dropping at once may count one, which is enough,
+    /// because readers only ask whether the counter moved.
+    #[inline(always)]
+    fn count_drop() {
+        if let Some(drops) = DROPS.get_ptr_mut(0) {
+            // SAFETY: a valid, aligned u64 slot of an array map.
+            unsafe { *drops = (*drops).wrapping_add(1) };
+        }
+    }
+
+    #[inline(always)]
+    fn drops() -> u64 {
+        // SAFETY: a valid u64 slot of an array map.
+        DROPS.get_ptr(0).map_or(0, |drops| unsafe { *drops })
+    }
 
     /// Userspace drains on a timer, so no record needs to wake it up.
     const RB_FLAGS: u64 = BPF_RB_NO_WAKEUP as u64;
 
     #[inline(always)]
     fn count_lost(reason: LostReason) {
+        if reason == LostReason::RingFull {
+            count_drop();
+        }
         if let Some(counter) = LOST.get_ptr_mut(reason as u32) {
             // SAFETY: per-CPU slot, no concurrent writer on this CPU.
             unsafe { *counter += 1 };
@@ -62,122 +91,52 @@ mod programs {
         }
     }
 
+    /// The stack pointer in `regs`.
     #[inline(always)]
-    fn tid() -> u32 {
-        bpf_get_current_pid_tgid() as u32
+    fn sp(regs: *mut aya_ebpf::bindings::pt_regs) -> u64 {
+        // SAFETY: uprobe programs may read their own context directly.
+        unsafe { (*regs).rsp }
     }
 
-    /// Remembers an allocation call at its entry; a call nested inside one in
-    /// progress on this thread only deepens it (see `PendingAlloc`).
+    /// Sends an allocation call's entry: its arguments.
     #[inline(always)]
-    fn remember(call: AllocCall, size: u64, ptr_arg: u64) {
-        let tid = tid();
-        if let Some(outer) = PENDING.get_ptr_mut(&tid) {
-            // SAFETY: this thread's own slot; only this thread touches it.
-            unsafe { (*outer).depth += 1 };
-            return;
-        }
-        let pending = PendingAlloc {
-            size,
-            ptr_arg,
-            // SAFETY: plain helper call.
-            entry_ts_ns: unsafe { bpf_ktime_get_ns() },
-            call: call as u32,
-            depth: 0,
-        };
-        if PENDING.insert(tid, pending, 0).is_err() {
-            count_lost(LostReason::PendingFull);
-        }
-    }
-
-    #[uprobe]
-    pub fn malloc_enter(ctx: ProbeContext) -> u32 {
-        remember(AllocCall::Malloc, ctx.arg::<u64>(0).unwrap_or(0), 0);
-        0
-    }
-
-    #[uprobe]
-    pub fn calloc_enter(ctx: ProbeContext) -> u32 {
-        let count = ctx.arg::<u64>(0).unwrap_or(0);
-        let each = ctx.arg::<u64>(1).unwrap_or(0);
-        remember(AllocCall::Calloc, count.wrapping_mul(each), 0);
-        0
-    }
-
-    #[uprobe]
-    pub fn realloc_enter(ctx: ProbeContext) -> u32 {
-        let old = ctx.arg::<u64>(0).unwrap_or(0);
-        remember(AllocCall::Realloc, ctx.arg::<u64>(1).unwrap_or(0), old);
-        0
-    }
-
-    /// `__rust_realloc(ptr, old_size, align, new_size)`.
-    #[uprobe]
-    pub fn rust_realloc_enter(ctx: ProbeContext) -> u32 {
-        let old = ctx.arg::<u64>(0).unwrap_or(0);
-        remember(AllocCall::Realloc, ctx.arg::<u64>(3).unwrap_or(0), old);
-        0
-    }
-
-    /// `posix_memalign(void **memptr, size_t align, size_t size)`.
-    #[uprobe]
-    pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
-        let memptr = ctx.arg::<u64>(0).unwrap_or(0);
-        remember(
-            AllocCall::PosixMemalign,
-            ctx.arg::<u64>(2).unwrap_or(0),
-            memptr,
-        );
-        0
-    }
-
-    /// `aligned_alloc(align, size)` and `memalign(align, size)`.
-    #[uprobe]
-    pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
-        remember(AllocCall::AlignedAlloc, ctx.arg::<u64>(1).unwrap_or(0), 0);
-        0
-    }
-
-    /// Pops the pending call if this return is the outermost call's and it is
-    /// one that `accepts`; a nested call's return only makes it shallower.
-    #[inline(always)]
-    fn take_pending(accepts: fn(u32) -> bool) -> Option<PendingAlloc> {
-        let tid = tid();
-        let slot = PENDING.get_ptr_mut(&tid)?;
-        // SAFETY: this thread's own slot; the value is copied out before removal.
-        let pending = unsafe {
-            if (*slot).depth > 0 {
-                (*slot).depth -= 1;
-                return None;
+    fn send_enter(ctx: &ProbeContext, call: AllocCall, size: u64, ptr_arg: u64) {
+        match EVENTS.reserve::<AllocEnterRecord>(0) {
+            Some(mut entry) => {
+                entry.write(AllocEnterRecord {
+                    header: header(RecordKind::AllocEnter),
+                    call: call as u32,
+                    _pad: 0,
+                    size,
+                    ptr_arg,
+                    sp: sp(ctx.regs),
+                    drops: drops(),
+                });
+                entry.submit(RB_FLAGS);
             }
-            *slot
-        };
-        if !accepts(pending.call) {
-            return None;
+            None => count_lost(LostReason::RingFull),
         }
-        let _ = PENDING.remove(&tid);
-        Some(pending)
     }
 
+    /// Sends an allocation call's return: which return probe, the block, and
+    /// the caller's stack. A return the ring buffer cannot take is not counted
+    /// as lost here: userspace counts the entry left without its return, so
+    /// that a call whose entry was dropped as well counts once.
     #[inline(always)]
-    fn send_alloc(ctx: &RetProbeContext, kind: RecordKind, addr: u64, pending: &PendingAlloc) {
-        let Some(mut entry) = EVENTS.reserve::<AllocRecord>(0) else {
-            count_lost(LostReason::RingFull);
+    fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
+        let Some(mut entry) = EVENTS.reserve::<AllocExitRecord>(0) else {
+            count_drop();
             return;
         };
         let record = entry.as_mut_ptr();
         // SAFETY: `record` points to a reserved, exclusively owned ring buffer slot;
         // every field is written before submit.
         unsafe {
-            (*record).header = header(kind);
+            (*record).header = header(RecordKind::AllocExit);
+            (*record).call = call as u32;
+            (*record)._pad = 0;
             (*record).addr = addr;
-            (*record).size = pending.size;
-            (*record).old_addr = if kind == RecordKind::Realloc {
-                pending.ptr_arg
-            } else {
-                0
-            };
-            (*record).entry_ts_ns = pending.entry_ts_ns;
+            (*record).sp = sp(ctx.regs);
             let filled = bpf_get_stack(
                 ctx.as_ptr(),
                 core::ptr::addr_of_mut!((*record).stack).cast(),
@@ -192,43 +151,102 @@ mod programs {
         entry.submit(RB_FLAGS);
     }
 
+    #[uprobe]
+    pub fn malloc_enter(ctx: ProbeContext) -> u32 {
+        send_enter(&ctx, AllocCall::Malloc, ctx.arg::<u64>(0).unwrap_or(0), 0);
+        0
+    }
+
+    #[uprobe]
+    pub fn calloc_enter(ctx: ProbeContext) -> u32 {
+        let count = ctx.arg::<u64>(0).unwrap_or(0);
+        let each = ctx.arg::<u64>(1).unwrap_or(0);
+        send_enter(&ctx, AllocCall::Calloc, count.wrapping_mul(each), 0);
+        0
+    }
+
+    #[uprobe]
+    pub fn realloc_enter(ctx: ProbeContext) -> u32 {
+        let old = ctx.arg::<u64>(0).unwrap_or(0);
+        send_enter(
+            &ctx,
+            AllocCall::Realloc,
+            ctx.arg::<u64>(1).unwrap_or(0),
+            old,
+        );
+        0
+    }
+
+    /// `__rust_realloc(ptr, old_size, align, new_size)`.
+    #[uprobe]
+    pub fn rust_realloc_enter(ctx: ProbeContext) -> u32 {
+        let old = ctx.arg::<u64>(0).unwrap_or(0);
+        send_enter(
+            &ctx,
+            AllocCall::Realloc,
+            ctx.arg::<u64>(3).unwrap_or(0),
+            old,
+        );
+        0
+    }
+
+    /// `posix_memalign(void **memptr, size_t align, size_t size)`.
+    #[uprobe]
+    pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
+        let memptr = ctx.arg::<u64>(0).unwrap_or(0);
+        let tid = bpf_get_current_pid_tgid() as u32;
+        if MEMPTR.insert(&tid, &memptr, 0).is_err() {
+            count_lost(LostReason::PendingFull);
+        }
+        send_enter(
+            &ctx,
+            AllocCall::PosixMemalign,
+            ctx.arg::<u64>(2).unwrap_or(0),
+            memptr,
+        );
+        0
+    }
+
+    /// `aligned_alloc(align, size)` and `memalign(align, size)`.
+    #[uprobe]
+    pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
+        send_enter(
+            &ctx,
+            AllocCall::AlignedAlloc,
+            ctx.arg::<u64>(1).unwrap_or(0),
+            0,
+        );
+        0
+    }
+
     /// Return of malloc, calloc, aligned_alloc and the Rust alloc shims.
     #[uretprobe]
     pub fn malloc_exit(ctx: RetProbeContext) -> u32 {
-        let Some(pending) = take_pending(|call| {
-            call == AllocCall::Malloc as u32
-                || call == AllocCall::Calloc as u32
-                || call == AllocCall::AlignedAlloc as u32
-        }) else {
-            return 0;
-        };
-        let addr: u64 = ctx.ret();
-        send_alloc(&ctx, RecordKind::Alloc, addr, &pending);
+        send_exit(&ctx, AllocCall::Malloc, ctx.ret());
         0
     }
 
     #[uretprobe]
     pub fn realloc_exit(ctx: RetProbeContext) -> u32 {
-        let Some(pending) = take_pending(|call| call == AllocCall::Realloc as u32) else {
-            return 0;
-        };
-        let addr: u64 = ctx.ret();
-        send_alloc(&ctx, RecordKind::Realloc, addr, &pending);
+        send_exit(&ctx, AllocCall::Realloc, ctx.ret());
         0
     }
 
     #[uretprobe]
     pub fn posix_memalign_exit(ctx: RetProbeContext) -> u32 {
-        let Some(pending) = take_pending(|call| call == AllocCall::PosixMemalign as u32) else {
-            return 0;
-        };
+        let tid = bpf_get_current_pid_tgid() as u32;
+        // SAFETY: the value is copied out before removal.
+        let memptr = unsafe { MEMPTR.get(&tid) }.copied();
+        let _ = MEMPTR.remove(&tid);
         let status: i32 = ctx.ret();
-        if status != 0 {
-            return 0;
-        }
-        // SAFETY: reads the target's own `*memptr`, which posix_memalign just wrote.
-        let addr = unsafe { bpf_probe_read_user(pending.ptr_arg as *const u64) }.unwrap_or(0);
-        send_alloc(&ctx, RecordKind::Alloc, addr, &pending);
+        let addr = match memptr {
+            // SAFETY: reads the target's own `*memptr`, which posix_memalign just wrote.
+            Some(memptr) if status == 0 => {
+                unsafe { bpf_probe_read_user(memptr as *const u64) }.unwrap_or(0)
+            }
+            _ => 0,
+        };
+        send_exit(&ctx, AllocCall::PosixMemalign, addr);
         0
     }
 

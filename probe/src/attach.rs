@@ -179,6 +179,13 @@ pub async fn attach(
             return Err(e);
         }
     };
+    // Ctrl-C and SIGTERM end the recording cleanly from the moment a script
+    // can know the probe is attached: the handlers exist before it says so.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut stop_signals = StopSignals {
+        interrupt: signal(SignalKind::interrupt())?,
+        terminate: signal(SignalKind::terminate())?,
+    };
     on_event(AttachEvent::Attached {
         pid: target.pid,
         probes: loaded.attached,
@@ -198,6 +205,7 @@ pub async fn attach(
     let end = record_until_stopped(
         &mut loaded,
         &mut capture,
+        &mut stop_signals,
         &options,
         &mut lost_seen,
         &mut on_event,
@@ -235,6 +243,7 @@ pub async fn attach(
             capture.handle(&item)?;
         }
         write_lost(&lost, &mut lost_seen, &mut capture)?;
+        capture.finish_calls_in_progress(monotonic_ns());
         let stats = capture.stats;
         capture.writer.finish(Record::End {
             ts: monotonic_ns(),
@@ -250,16 +259,20 @@ pub async fn attach(
     })
 }
 
+/// The signals that end a recording.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
 async fn record_until_stopped<W: Write>(
     loaded: &mut Loaded,
     capture: &mut Capture<W>,
+    signals: &mut StopSignals,
     options: &AttachOptions,
     lost_seen: &mut LostCounters,
     on_event: &mut impl FnMut(AttachEvent<'_>),
 ) -> Result<EndReason> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
     let mut drain = tokio::time::interval(DRAIN_EVERY);
     let mut flush = tokio::time::interval(FLUSH_EVERY);
     let mut slow = tokio::time::interval(CHECK_EVERY);
@@ -271,8 +284,8 @@ async fn record_until_stopped<W: Write>(
     let program = exe_identity(options.pid);
     loop {
         tokio::select! {
-            _ = interrupt.recv() => return Ok(EndReason::Interrupted),
-            _ = term.recv() => return Ok(EndReason::Interrupted),
+            _ = signals.interrupt.recv() => return Ok(EndReason::Interrupted),
+            _ = signals.terminate.recv() => return Ok(EndReason::Interrupted),
             _ = tokio::time::sleep_until(deadline) => return Ok(EndReason::Duration),
             _ = drain.tick() => {
                 for _ in 0..DRAIN_BATCH {

@@ -1,15 +1,26 @@
 //! Turning ring-buffer records into recording events.
 //!
 //! The kernel side sends fixed-size `#[repr(C)]` records (see `leakscope-probe-ebpf`);
-//! here each becomes a [`Record`] (the writer deduplicates stacks), and a few
+//! here they become [`Record`]s (the writer deduplicates stacks), and a few
 //! running figures feed the status line.
+//!
+//! An allocation arrives as two records, its entry and its return. They are
+//! paired here, per thread, by stack pointer (a return's is its entry's plus
+//! [`RETURN_SP_OFFSET`]), and only a thread's outermost allocator call is
+//! recorded: an allocator function that calls another probed one (glibc's
+//! `realloc(NULL, n)` calls `malloc`, musl's `aligned_alloc` calls `malloc`, a
+//! `malloc` in a signal handler) must not record the inner call's block as
+//! well, nor with the wrong size. The ring buffer keeps one thread's records in
+//! order, so the pairing needs no timestamps; when the ring buffer dropped one
+//! of a pair (counted as lost in the kernel), the other is dropped here.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::mem::size_of;
 
 use leakscope_probe_ebpf::{
-    AllocRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER, RecordHeader, RecordKind, ScopeRecord,
+    AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER,
+    RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord,
 };
 
 use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId};
@@ -26,12 +37,32 @@ pub struct Stats {
     pub lost: u64,
     /// Records the kernel sent that we could not decode (should stay 0).
     pub malformed: u64,
+    /// Allocation entries or returns whose other half never came.
+    pub unpaired: u64,
 }
+
+/// Allocator calls in progress on one thread, outermost first.
+type InProgress = Vec<AllocEnterRecord>;
+
+/// More calls in progress on one thread than any real nesting: entries whose
+/// returns were lost pile up here, and the oldest are let go.
+const MAX_NESTED_CALLS: usize = 16;
+
+/// Threads with calls in progress beyond this are forgotten at once (their
+/// returns were lost: a thread with a call in progress is inside the allocator).
+const MAX_THREADS_IN_PROGRESS: usize = 65_536;
+
+/// A call still open this long before a nested call began is not really
+/// open: its return was dropped. Allocator calls take microseconds; this
+/// leaves room for a thread descheduled inside one.
+const STALE_CALL_NS: u64 = 1_000_000_000;
 
 pub struct Capture<W: Write> {
     pub writer: RecordingWriter<W>,
     /// Live blocks seen by this capture (addr -> size), for `live_bytes` only.
     live: HashMap<u64, u64>,
+    /// Per thread, allocator calls entered and not yet returned.
+    in_progress: HashMap<u32, InProgress>,
     pub stats: Stats,
 }
 
@@ -40,6 +71,7 @@ impl<W: Write> Capture<W> {
         Self {
             writer,
             live: HashMap::new(),
+            in_progress: HashMap::new(),
             stats: Stats::default(),
         }
     }
@@ -50,14 +82,18 @@ impl<W: Write> Capture<W> {
             self.stats.malformed += 1;
             return Ok(());
         };
-        self.stats.events += 1;
         match RecordKind::from_u32(header.kind) {
-            Some(kind @ (RecordKind::Alloc | RecordKind::Realloc)) => {
-                match read::<AllocRecord>(bytes) {
-                    Some(alloc) => self.alloc(kind, &alloc),
-                    None => self.malformed(),
+            Some(RecordKind::AllocEnter) => match read::<AllocEnterRecord>(bytes) {
+                Some(enter) => {
+                    self.enter(enter);
+                    Ok(())
                 }
-            }
+                None => self.malformed(),
+            },
+            Some(RecordKind::AllocExit) => match read::<AllocExitRecord>(bytes) {
+                Some(exit) => self.exit(&exit),
+                None => self.malformed(),
+            },
             Some(RecordKind::Free) => match read::<FreeRecord>(bytes) {
                 Some(free) => self.free(&free),
                 None => self.malformed(),
@@ -75,32 +111,120 @@ impl<W: Write> Capture<W> {
         Ok(())
     }
 
-    fn alloc(&mut self, kind: RecordKind, record: &AllocRecord) -> io::Result<()> {
-        let stack = self.stack_id(record)?;
-        let (ts, tid, size) = (record.header.ts_ns, record.header.tid, record.size);
-        let event = if kind == RecordKind::Realloc {
-            if let Some(old_size) = self.live.remove(&record.old_addr) {
-                self.stats.live_bytes -= old_size;
-            }
-            Record::Realloc {
-                ts,
-                tid,
-                old: record.old_addr,
-                new: record.addr,
-                size,
-                stack,
-                entry_ts: record.entry_ts_ns,
-            }
-        } else {
-            Record::Alloc {
-                ts,
-                tid,
-                addr: record.addr,
-                size,
-                stack,
-            }
+    fn enter(&mut self, enter: AllocEnterRecord) {
+        if self.in_progress.len() >= MAX_THREADS_IN_PROGRESS
+            && !self.in_progress.contains_key(&enter.header.tid)
+        {
+            let stale = self.in_progress.values().map(|c| c.len() as u64).sum();
+            self.in_progress.clear();
+            self.lost_returns(enter.header.ts_ns, stale);
+        }
+        let calls = self.in_progress.entry(enter.header.tid).or_default();
+        // Open calls this one cannot be nested in had their returns dropped: one
+        // deeper than it (a lower stack pointer), or one still open although a
+        // record was dropped since it began, or long ago.
+        let before = calls.len();
+        calls.retain(|open| {
+            open.sp >= enter.sp
+                && open.drops == enter.drops
+                && enter.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS
+        });
+        let mut stale = (before - calls.len()) as u64;
+        if calls.len() == MAX_NESTED_CALLS {
+            calls.remove(0);
+            stale += 1;
+        }
+        calls.push(enter);
+        self.lost_returns(enter.header.ts_ns, stale);
+    }
+
+    /// Allocator calls whose returns the ring buffer dropped: each is an
+    /// allocation not recorded. (The kernel counts a dropped entry itself, and
+    /// not a dropped return, so that a call whose two records were both dropped
+    /// counts once.)
+    fn lost_returns(&mut self, ts: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.stats.lost += count;
+        self.stats.unpaired += count;
+        let _ = self.writer.push(Record::Lost {
+            ts,
+            reason: leakscope_recording::LostReason::RingFull,
+            count,
+        });
+    }
+
+    /// The end of the recording: calls still in progress (the probes were
+    /// detached inside them, or their returns were dropped) are lost allocations.
+    pub fn finish_calls_in_progress(&mut self, ts: u64) {
+        let left = self.in_progress.values().map(|c| c.len() as u64).sum();
+        self.in_progress.clear();
+        self.lost_returns(ts, left);
+    }
+
+    /// A return: pairs it with its entry and records the block if the call was
+    /// its thread's outermost.
+    fn exit(&mut self, exit: &AllocExitRecord) -> io::Result<()> {
+        let tid = exit.header.tid;
+        let Some(calls) = self.in_progress.get_mut(&tid) else {
+            // Its entry was dropped (and counted by the kernel).
+            self.stats.unpaired += 1;
+            return Ok(());
         };
-        self.note_alloc(record.addr, size);
+        let entry_sp = exit.sp.wrapping_sub(RETURN_SP_OFFSET);
+        // Innermost first: the entry of this return. Calls entered after it
+        // (deeper) were nested in it and lost their returns.
+        let Some(at) = calls.iter().rposition(|c| c.sp == entry_sp) else {
+            self.stats.unpaired += 1;
+            return Ok(());
+        };
+        self.stats.unpaired += (calls.len() - at - 1) as u64;
+        calls.truncate(at + 1);
+        let enter = calls.pop().expect("rposition found it");
+        // What is left are the calls this one is nested in (their entries
+        // checked that), unless one has been open implausibly long.
+        let before = calls.len();
+        calls.retain(|open| exit.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS);
+        let stale = (before - calls.len()) as u64;
+        let outermost = calls.is_empty();
+        if outermost {
+            self.in_progress.remove(&tid);
+        }
+        self.lost_returns(exit.header.ts_ns, stale);
+        let call = AllocCall::from_u32(enter.call);
+        if !outermost || call.map(AllocCall::exit) != AllocCall::from_u32(exit.call) {
+            return Ok(());
+        }
+        let stack = self.stack_id(exit)?;
+        let (ts, size, addr) = (exit.header.ts_ns, enter.size, exit.addr);
+        let event = match call {
+            Some(AllocCall::Realloc) => {
+                if let Some(old_size) = self.live.remove(&enter.ptr_arg) {
+                    self.stats.live_bytes -= old_size;
+                }
+                Record::Realloc {
+                    ts,
+                    tid,
+                    old: enter.ptr_arg,
+                    new: addr,
+                    size,
+                    stack,
+                    entry_ts: enter.header.ts_ns,
+                }
+            }
+            // A failed posix_memalign wrote nothing: there is no block.
+            Some(AllocCall::PosixMemalign) if addr == 0 => return Ok(()),
+            _ => Record::Alloc {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+            },
+        };
+        self.note_alloc(addr, size);
+        self.stats.events += 1;
         self.writer.push(event)
     }
 
@@ -120,6 +244,7 @@ impl<W: Write> Capture<W> {
         if let Some(size) = self.live.remove(&record.addr) {
             self.stats.live_bytes -= size;
         }
+        self.stats.events += 1;
         self.writer.push(Record::Free {
             ts: record.header.ts_ns,
             tid: record.header.tid,
@@ -141,6 +266,7 @@ impl<W: Write> Capture<W> {
             (ScopeKind::WorkerDrop, Phase::Enter) => self.stats.workers_ended += 1,
             _ => {}
         }
+        self.stats.events += 1;
         self.writer.push(Record::Scope {
             ts: record.header.ts_ns,
             tid: record.header.tid,
@@ -151,7 +277,7 @@ impl<W: Write> Capture<W> {
     }
 
     /// The id of this record's stack (the writer writes a `Stack` record the first time).
-    fn stack_id(&mut self, record: &AllocRecord) -> io::Result<Option<StackId>> {
+    fn stack_id(&mut self, record: &AllocExitRecord) -> io::Result<Option<StackId>> {
         if record.stack_bytes <= 0 {
             return Ok(None);
         }
@@ -172,4 +298,275 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
     }
     // SAFETY: length checked; T is a plain-old-data #[repr(C)] record.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leakscope_recording::{
+        AllocLayer, EndReason, Header, Producer, RecordingReader, Settings, target::Target,
+    };
+
+    fn capture() -> Capture<Vec<u8>> {
+        let target = Target::inspect(std::process::id()).expect("inspect self");
+        let settings = Settings {
+            alloc_layer: AllocLayer::Libc,
+            alloc_layer_reason: "test".into(),
+            stack_depth: MAX_STACK_DEPTH as u32,
+            preset: None,
+            scope_probes: vec![],
+            missing_scopes: vec![],
+            scope_functions: vec![],
+            notes: vec![],
+        };
+        let header = Header::new(Producer::Ebpf, "test".into(), &target, settings);
+        Capture::new(RecordingWriter::new(Vec::new(), &header).expect("header"))
+    }
+
+    /// The memory records a capture wrote.
+    fn records(capture: Capture<Vec<u8>>) -> Vec<Record> {
+        let bytes = capture
+            .writer
+            .finish(Record::End {
+                ts: 0,
+                reason: EndReason::Finished,
+            })
+            .expect("finish");
+        RecordingReader::new(&bytes[..], std::path::Path::new("test"))
+            .expect("readable")
+            .filter(|r| matches!(r, Record::Alloc { .. } | Record::Realloc { .. }))
+            .collect()
+    }
+
+    fn bytes_of<T: Copy>(record: &T) -> Vec<u8> {
+        // SAFETY: T is a plain-old-data #[repr(C)] record.
+        unsafe { std::slice::from_raw_parts((record as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    /// An entry at `sp`, at time `sp` unless `at` says otherwise.
+    fn enter(c: &mut Capture<Vec<u8>>, tid: u32, sp: u64, call: AllocCall, size: u64, old: u64) {
+        enter_at(c, tid, sp, sp, 0, call, size, old);
+    }
+
+    /// `drops`: records the ring buffer had dropped when it was entered.
+    #[allow(clippy::too_many_arguments)]
+    fn enter_at(
+        c: &mut Capture<Vec<u8>>,
+        tid: u32,
+        sp: u64,
+        at: u64,
+        drops: u64,
+        call: AllocCall,
+        size: u64,
+        old: u64,
+    ) {
+        let record = AllocEnterRecord {
+            header: RecordHeader {
+                kind: RecordKind::AllocEnter as u32,
+                tid,
+                ts_ns: at,
+            },
+            call: call as u32,
+            _pad: 0,
+            size,
+            ptr_arg: old,
+            sp,
+            drops,
+        };
+        c.handle(&bytes_of(&record)).unwrap();
+    }
+
+    fn exit(c: &mut Capture<Vec<u8>>, tid: u32, entry_sp: u64, call: AllocCall, addr: u64) {
+        exit_at(c, tid, entry_sp, entry_sp + 1, call, addr);
+    }
+
+    fn exit_at(
+        c: &mut Capture<Vec<u8>>,
+        tid: u32,
+        entry_sp: u64,
+        at: u64,
+        call: AllocCall,
+        addr: u64,
+    ) {
+        let record = AllocExitRecord {
+            header: RecordHeader {
+                kind: RecordKind::AllocExit as u32,
+                tid,
+                ts_ns: at,
+            },
+            call: call as u32,
+            _pad: 0,
+            addr,
+            sp: entry_sp + RETURN_SP_OFFSET,
+            stack_bytes: 8,
+            stack: [0x1000 + entry_sp; MAX_STACK_DEPTH],
+        };
+        c.handle(&bytes_of(&record)).unwrap();
+    }
+
+    #[test]
+    fn entry_and_return_make_one_allocation_with_the_return_stack() {
+        let mut c = capture();
+        enter(&mut c, 7, 1000, AllocCall::Calloc, 64, 0);
+        exit(&mut c, 7, 1000, AllocCall::Malloc, 0x5000);
+        assert_eq!(c.stats.unpaired, 0);
+        match &records(c)[..] {
+            [
+                Record::Alloc {
+                    tid: 7,
+                    addr: 0x5000,
+                    size: 64,
+                    stack: Some(_),
+                    ..
+                },
+            ] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_nested_call_is_not_recorded_and_threads_do_not_mix() {
+        let mut c = capture();
+        enter(&mut c, 1, 1000, AllocCall::Realloc, 128, 0x4000);
+        enter(&mut c, 2, 5000, AllocCall::Malloc, 32, 0);
+        enter(&mut c, 1, 900, AllocCall::Malloc, 128, 0);
+        exit(&mut c, 1, 900, AllocCall::Malloc, 0x6000);
+        exit(&mut c, 2, 5000, AllocCall::Malloc, 0x7000);
+        exit(&mut c, 1, 1000, AllocCall::Realloc, 0x6000);
+        assert_eq!(c.stats.unpaired, 0);
+        match &records(c)[..] {
+            [
+                Record::Alloc {
+                    tid: 2,
+                    addr: 0x7000,
+                    size: 32,
+                    ..
+                },
+                Record::Realloc {
+                    tid: 1,
+                    old: 0x4000,
+                    new: 0x6000,
+                    size: 128,
+                    entry_ts: 1000,
+                    ..
+                },
+            ] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// glibc's `realloc(NULL, n)` jumps to `malloc`: both are entered at the
+    /// same stack pointer, and both return probes fire at the one return.
+    #[test]
+    fn a_tail_call_is_nested_in_the_call_that_made_it() {
+        let mut c = capture();
+        enter(&mut c, 1, 1000, AllocCall::Realloc, 64, 0);
+        enter(&mut c, 1, 1000, AllocCall::Malloc, 64, 0);
+        exit(&mut c, 1, 1000, AllocCall::Malloc, 0x3000);
+        exit(&mut c, 1, 1000, AllocCall::Realloc, 0x3000);
+        assert_eq!((c.stats.unpaired, c.stats.lost), (0, 0));
+        match &records(c)[..] {
+            [
+                Record::Realloc {
+                    old: 0,
+                    new: 0x3000,
+                    size: 64,
+                    ..
+                },
+            ] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn lost_halves_drop_their_pair_and_nothing_else() {
+        let mut c = capture();
+        // The nested call's return was lost: the outer one still pairs.
+        enter(&mut c, 1, 1000, AllocCall::Malloc, 16, 0);
+        enter(&mut c, 1, 900, AllocCall::Malloc, 99, 0);
+        exit(&mut c, 1, 1000, AllocCall::Malloc, 0x5000);
+        // A return whose entry was lost.
+        exit(&mut c, 1, 2000, AllocCall::Malloc, 0x9000);
+        // A failed posix_memalign has no block.
+        enter(&mut c, 1, 1000, AllocCall::PosixMemalign, 64, 0x100);
+        exit(&mut c, 1, 1000, AllocCall::PosixMemalign, 0);
+        assert_eq!(c.stats.unpaired, 2);
+        assert!(c.in_progress.is_empty());
+        match &records(c)[..] {
+            [
+                Record::Alloc {
+                    addr: 0x5000,
+                    size: 16,
+                    ..
+                },
+            ] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_call_whose_return_was_dropped_is_lost_and_does_not_hide_later_ones() {
+        let mut c = capture();
+        // Same frame again, a record dropped in between: the first call's
+        // return was that record.
+        enter_at(&mut c, 1, 1000, 10, 0, AllocCall::Malloc, 8, 0);
+        enter_at(&mut c, 1, 1000, 20, 1, AllocCall::Malloc, 16, 0);
+        exit_at(&mut c, 1, 1000, 21, AllocCall::Malloc, 0x1000);
+        assert_eq!(c.stats.lost, 1);
+        // A deeper frame, long after an open call: that call is not open.
+        enter_at(&mut c, 1, 2000, 30, 1, AllocCall::Malloc, 8, 0);
+        enter_at(
+            &mut c,
+            1,
+            900,
+            30 + 2 * STALE_CALL_NS,
+            1,
+            AllocCall::Malloc,
+            32,
+            0,
+        );
+        exit_at(
+            &mut c,
+            1,
+            900,
+            31 + 2 * STALE_CALL_NS,
+            AllocCall::Malloc,
+            0x2000,
+        );
+        assert_eq!(c.stats.lost, 2);
+        // Detached inside a call: lost too.
+        enter(&mut c, 1, 1000, AllocCall::Malloc, 64, 0);
+        c.finish_calls_in_progress(u64::MAX);
+        assert_eq!(c.stats.lost, 3);
+        let lost: u64 = {
+            let bytes = c
+                .writer
+                .finish(Record::End {
+                    ts: 0,
+                    reason: EndReason::Finished,
+                })
+                .unwrap();
+            let records: Vec<Record> =
+                RecordingReader::new(&bytes[..], std::path::Path::new("test"))
+                    .unwrap()
+                    .collect();
+            let allocs: Vec<u64> = records
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Alloc { addr, .. } => Some(*addr),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(allocs, [0x1000, 0x2000]);
+            records
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Lost { count, .. } => Some(*count),
+                    _ => None,
+                })
+                .sum()
+        };
+        assert_eq!(lost, 3, "each lost call is in the recording once");
+    }
 }

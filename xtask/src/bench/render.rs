@@ -106,9 +106,10 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
         }
         let _ = writeln!(
             md,
-            "\n`malloc_exit` reads the caller's stack (`bpf_get_stack`, user frames by frame \
-             pointer) and reserves the record in the ring buffer; `malloc_enter` keeps the call's \
-             size in the pending map; `free_enter` sends one small record."
+            "\n`malloc_enter` sends the call's size and stack pointer; `malloc_exit` sends the \
+             block and reads the caller's stack (`bpf_get_stack`, user frames by frame pointer); \
+             `free_enter` sends one small record. Each is one ring-buffer record; the probe pairs \
+             entries with returns in userspace, so the programs keep no per-call map."
         );
     }
     match p["bcc_memleak_vs_leakscope"].as_f64() {
