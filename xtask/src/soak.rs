@@ -47,8 +47,14 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let dir = target_dir().join("soak");
     std::fs::create_dir_all(&dir)?;
     let recording = dir.join("soak.lsrec");
+    // The server runs from a copy: the report at the end names frames only from
+    // the very file the target ran, and a build during a long soak would
+    // replace target/release/fixture-server.
+    let server_bin = dir.join("fixture-server");
+    std::fs::copy(bin.join("fixture-server"), &server_bin)
+        .context("cannot copy fixture-server for the soak")?;
     let server = FixtureProcess::start(
-        &bin.join("fixture-server"),
+        &server_bin,
         &["--composition", "leaky", "--keep-alive", "5s"],
     )?;
     let mut probe_child = crate::shell::privileged(&probe)

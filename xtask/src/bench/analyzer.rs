@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
@@ -119,16 +119,27 @@ pub(super) fn time_report(
 ) -> Result<(f64, u64, Option<u64>)> {
     let out = scratch.join("report");
     let start = Instant::now();
-    let child = Command::new(leakscope)
+    let mut child = Command::new(leakscope)
         .arg("report")
         .arg(recording)
         .arg("--out")
         .arg(&out)
         .stdout(Stdio::null())
         .spawn()?;
-    let (status, max_rss_kib) = wait4(child.id())?;
+    // Peak RSS is the child's VmHWM, polled. Not wait4's ru_maxrss: the child
+    // is spawned sharing this process's memory until it execs (vfork), and the
+    // kernel folds that memory's high-water mark into the child's maxrss, so it
+    // would report this process's own peak (the replayed records) instead.
+    let mut max_rss_kib = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        max_rss_kib = max_rss_kib.max(vm_hwm_kib(child.id()).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(1));
+    };
     let seconds = start.elapsed().as_secs_f64();
-    if status != 0 {
+    if !status.success() {
         bail!("leakscope report {} failed", recording.display());
     }
     let live_blocks = std::fs::read_to_string(out.join("summary.json"))
@@ -145,20 +156,15 @@ pub(super) fn time_report(
     Ok((seconds, max_rss_kib * 1024, live_blocks))
 }
 
-/// wait4(2) for `pid`: (wait status, peak RSS in KiB). Declared here rather than
-/// pulling the libc crate into xtask for one call.
-pub(super) fn wait4(pid: u32) -> Result<(i32, u64)> {
-    unsafe extern "C" {
-        fn wait4(pid: i32, status: *mut i32, options: i32, rusage: *mut i64) -> i32;
-    }
-    let mut status = 0i32;
-    // struct rusage on x86_64 Linux: two timevals (4 x i64), then 14 longs;
-    // ru_maxrss (KiB) is the first of those.
-    let mut rusage = [0i64; 18];
-    // SAFETY: `status` and `rusage` are valid for writes of their sizes.
-    let got = unsafe { wait4(pid as i32, &mut status, 0, rusage.as_mut_ptr()) };
-    if got != pid as i32 {
-        bail!("wait4({pid}) failed");
-    }
-    Ok((status, rusage[4] as u64))
+/// The high-water mark of a live process's resident set (`VmHWM`), in KiB.
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }

@@ -173,9 +173,36 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 let _ = std::fs::remove_file(&big);
             }
         }
+        // The same analyzer on as many events whose live set stays flat: the
+        // pairs section's recording (malloc+free pairs), replayed. Its peak RSS
+        // beside the runs above says what the memory follows.
+        let pairs_recording = scratch.join("pairs.lsrec");
+        let largest = analyzer_events.iter().copied().max().unwrap_or(1_000_000);
+        let flat = if pairs_recording.exists() {
+            let big = scratch.join("replayed-pairs.lsrec");
+            let made = replay(&pairs_recording, &big, largest)?;
+            let (seconds, peak_rss, live_blocks) =
+                time_report(&bin.join("leakscope"), &big, &scratch)?;
+            let row = json!({
+                "events": made,
+                "file_bytes": std::fs::metadata(&big)?.len(),
+                "seconds": seconds,
+                "events_per_s": made as f64 / seconds,
+                "peak_rss_bytes": peak_rss,
+                "live_blocks_at_end": live_blocks,
+            });
+            eprintln!("analyzer, flat live set: {row}");
+            if args.only.is_empty() {
+                let _ = std::fs::remove_file(&big);
+            }
+            row
+        } else {
+            json!({ "skipped": "no pairs recording (run the pairs section first)" })
+        };
         results["analyzer"] = json!({
             "events_per_s": runs.last().map(|r| r["events_per_s"].clone()),
             "runs": runs,
+            "flat_live_set": flat,
         });
     }
     results["seconds"] = json!(started.elapsed().as_secs_f64());
