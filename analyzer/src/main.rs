@@ -111,23 +111,15 @@ fn run(cli: Cli) -> Result<()> {
             app_trace,
             redact,
         } => {
-            let progress = progress_bar();
-            let outcome = report_with_progress(
-                &recording,
-                &ReportOptions {
-                    out_dir: out.clone(),
-                    rules,
-                    grace_ns: grace.as_nanos() as u64,
-                    app_trace,
-                    redact,
-                },
-                |p| {
-                    progress.set_length(p.total);
-                    progress.set_position(p.read);
-                },
-            );
-            progress.finish_and_clear();
-            let outcome = outcome?;
+            let options = ReportOptions {
+                out_dir: out.clone(),
+                rules,
+                grace_ns: grace.as_nanos() as u64,
+                app_trace,
+                redact,
+            };
+            let outcome =
+                with_progress(|progress| report_with_progress(&recording, &options, progress))?;
             for warning in &outcome.warnings {
                 eprintln!("leakscope: warning: {}: {warning}", recording.display());
             }
@@ -159,24 +151,16 @@ fn run(cli: Cli) -> Result<()> {
             grace,
             redact,
         } => {
-            let progress = progress_bar();
-            let outcome = leakscope_analyzer::diff_recordings(
-                &before,
-                &after,
-                &ReportOptions {
-                    out_dir: out.clone(),
-                    rules,
-                    grace_ns: grace.as_nanos() as u64,
-                    app_trace: None,
-                    redact,
-                },
-                |p| {
-                    progress.set_length(p.total);
-                    progress.set_position(p.read);
-                },
-            );
-            progress.finish_and_clear();
-            let outcome = outcome?;
+            let options = ReportOptions {
+                out_dir: out.clone(),
+                rules,
+                grace_ns: grace.as_nanos() as u64,
+                app_trace: None,
+                redact,
+            };
+            let outcome = with_progress(|progress| {
+                leakscope_analyzer::diff_recordings(&before, &after, &options, progress)
+            })?;
             for warning in &outcome.warnings {
                 eprintln!("leakscope: warning: {warning}");
             }
@@ -190,19 +174,16 @@ fn run(cli: Cli) -> Result<()> {
             rules,
             grace,
         } => {
-            let progress = progress_bar();
-            let warnings = leakscope_analyzer::pprof_with_progress(
-                &recording,
-                rules.as_deref(),
-                grace.as_nanos() as u64,
-                &out,
-                |p| {
-                    progress.set_length(p.total);
-                    progress.set_position(p.read);
-                },
-            );
-            progress.finish_and_clear();
-            for warning in &warnings? {
+            let warnings = with_progress(|progress| {
+                leakscope_analyzer::pprof_with_progress(
+                    &recording,
+                    rules.as_deref(),
+                    grace.as_nanos() as u64,
+                    &out,
+                    progress,
+                )
+            })?;
+            for warning in &warnings {
                 eprintln!("leakscope: warning: {}: {warning}", recording.display());
             }
             println!("profile written to {}", out.display());
@@ -213,6 +194,18 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs `work` with a progress callback that draws a bar of bytes read (on a
+/// terminal only), cleared when the work is done.
+fn with_progress<T>(work: impl FnOnce(&dyn Fn(leakscope_analyzer::Progress)) -> T) -> T {
+    let bar = progress_bar();
+    let outcome = work(&|p| {
+        bar.set_length(p.total);
+        bar.set_position(p.read);
+    });
+    bar.finish_and_clear();
+    outcome
 }
 
 /// A bar of bytes read, on a terminal only.

@@ -24,7 +24,7 @@ pub(super) fn count_events(path: &Path) -> Result<u64> {
 /// `events` of them: each copy's addresses and times are shifted past the
 /// previous one's, so what one copy keeps adds to the live set, as in a server
 /// that has leaked for longer. Returns the events written.
-pub(super) fn replay(source: &Path, out: &Path, events: u64) -> Result<u64> {
+fn replay(source: &Path, out: &Path, events: u64) -> Result<u64> {
     use leakscope_recording::{EndReason, Record, RecordingReader, RecordingWriter};
     let reader = RecordingReader::open(source)?;
     let header = reader.header().clone();
@@ -110,9 +110,30 @@ pub(super) fn record_ts(record: &leakscope_recording::Record) -> Option<u64> {
     }
 }
 
+/// Replays `source` into `out` until it holds `events` memory events, then
+/// times `leakscope report` on it: one row of `results.json`'s analyzer runs.
+pub(super) fn replay_and_time(
+    leakscope: &Path,
+    source: &Path,
+    out: &Path,
+    events: u64,
+    scratch: &Path,
+) -> Result<serde_json::Value> {
+    let made = replay(source, out, events)?;
+    let (seconds, peak_rss, live_blocks) = time_report(leakscope, out, scratch)?;
+    Ok(serde_json::json!({
+        "events": made,
+        "file_bytes": std::fs::metadata(out)?.len(),
+        "seconds": seconds,
+        "events_per_s": made as f64 / seconds,
+        "peak_rss_bytes": peak_rss,
+        "live_blocks_at_end": live_blocks,
+    }))
+}
+
 /// `leakscope report FILE`: (seconds, peak RSS in bytes, blocks live at the
 /// end from its summary.json: what the analyzer's memory should follow).
-pub(super) fn time_report(
+fn time_report(
     leakscope: &Path,
     recording: &Path,
     scratch: &Path,

@@ -32,7 +32,7 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::shell::{target_dir, workspace_root};
-use analyzer::{count_events, replay, time_report};
+use analyzer::{count_events, replay_and_time};
 use in_process::{build_inproc_alloc_bench, in_process};
 use pairs::{Env, Tool, build_pairs, prepare_bcc_headers, program_stats, time_pairs};
 use render::{bar_chart, render};
@@ -152,20 +152,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "file_bytes": recording_bytes,
             "source": format!("leakscope-probe attached to fixture-server --composition leaky, churn of {sessions} abandoned sessions"),
         });
+        let leakscope = bin.join("leakscope");
         let mut runs = Vec::new();
         for &events in &analyzer_events {
             let big = scratch.join(format!("replayed-{events}.lsrec"));
-            let made = replay(&recording, &big, events)?;
-            let (seconds, peak_rss, live_blocks) =
-                time_report(&bin.join("leakscope"), &big, &scratch)?;
-            let row = json!({
-                "events": made,
-                "file_bytes": std::fs::metadata(&big)?.len(),
-                "seconds": seconds,
-                "events_per_s": made as f64 / seconds,
-                "peak_rss_bytes": peak_rss,
-                "live_blocks_at_end": live_blocks,
-            });
+            let row = replay_and_time(&leakscope, &recording, &big, events, &scratch)?;
             eprintln!("analyzer: {row}");
             runs.push(row);
             // With --only they stay, for profiling the analyzer on them.
@@ -180,17 +171,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let largest = analyzer_events.iter().copied().max().unwrap_or(1_000_000);
         let flat = if pairs_recording.exists() {
             let big = scratch.join("replayed-pairs.lsrec");
-            let made = replay(&pairs_recording, &big, largest)?;
-            let (seconds, peak_rss, live_blocks) =
-                time_report(&bin.join("leakscope"), &big, &scratch)?;
-            let row = json!({
-                "events": made,
-                "file_bytes": std::fs::metadata(&big)?.len(),
-                "seconds": seconds,
-                "events_per_s": made as f64 / seconds,
-                "peak_rss_bytes": peak_rss,
-                "live_blocks_at_end": live_blocks,
-            });
+            let row = replay_and_time(&leakscope, &pairs_recording, &big, largest, &scratch)?;
             eprintln!("analyzer, flat live set: {row}");
             if args.only.is_empty() {
                 let _ = std::fs::remove_file(&big);
