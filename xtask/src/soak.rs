@@ -236,7 +236,10 @@ fn write_outputs(
         "| time | probe RSS | probe CPU (cumulative) | server heap | sessions in the map |\n| ---: | ---: | ---: | ---: | ---: |"
     );
     let step = (samples.len() / 30).max(1);
-    for s in samples.iter().step_by(step).chain(std::iter::once(last)) {
+    // Every step-th sample, and the last one unless it was just shown.
+    let shown_last = (samples.len() - 1).is_multiple_of(step);
+    let tail = (!shown_last).then_some(last);
+    for s in samples.iter().step_by(step).chain(tail) {
         let _ = writeln!(
             md,
             "| {:.0} s | {:.1} MiB | {:.1} s | {:.1} MiB | {} |",
