@@ -123,17 +123,9 @@ impl Bench {
             .spawn()?;
         let input = child.stdin.take().expect("piped");
         let mut output = BufReader::new(child.stdout.take().expect("piped"));
-        loop {
-            let mut line = String::new();
-            if output.read_line(&mut line)? == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("alloc-bench stopped before it was ready");
-            }
-            if line.trim() == "ready" {
-                break;
-            }
-        }
+        super::wait_for_line(&mut child, &mut output, "alloc-bench's `ready`", |line| {
+            (line == "ready").then_some(())
+        })?;
         Ok(Self {
             child,
             input,

@@ -271,6 +271,29 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize) -> Value {
     pairs_json
 }
 
+/// Reads `output` until a line `accept` takes; a wrapper that starts the
+/// program (heaptrack) prints its own lines first. If the output ends first,
+/// the child is killed and reaped and the error says `what` was expected.
+fn wait_for_line<T>(
+    child: &mut std::process::Child,
+    output: &mut impl std::io::BufRead,
+    what: &str,
+    mut accept: impl FnMut(&str) -> Option<T>,
+) -> Result<T> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if output.read_line(&mut line)? == 0 {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("{what} never came: the program's output ended first");
+        }
+        if let Some(found) = accept(line.trim()) {
+            return Ok(found);
+        }
+    }
+}
+
 pub(super) fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]

@@ -229,24 +229,15 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()?;
-        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-        // A wrapper prints its own lines first.
-        let url = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(url) = line.trim().strip_prefix("listening on ") {
-                        break url.to_owned();
-                    }
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    bail!("fixture-server did not print its address");
-                }
-            }
-        };
+        let mut output = BufReader::new(child.stdout.take().expect("piped"));
+        let url = super::wait_for_line(
+            &mut child,
+            &mut output,
+            "fixture-server's `listening on` line",
+            |line| line.strip_prefix("listening on ").map(str::to_owned),
+        )?;
         // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        std::thread::spawn(move || output.lines().for_each(drop));
         let pid = descendant_named(child.id(), "fixture-server")
             .context("cannot find the fixture-server process")?;
         Ok(Self { child, pid, url })
