@@ -83,11 +83,28 @@ mod programs {
 
     #[inline(always)]
     fn header(kind: RecordKind) -> RecordHeader {
+        // SAFETY: plain helper call.
+        header_at(kind, unsafe { bpf_ktime_get_ns() })
+    }
+
+    #[inline(always)]
+    fn header_at(kind: RecordKind, ts_ns: u64) -> RecordHeader {
         RecordHeader {
             kind: kind as u32,
             tid: bpf_get_current_pid_tgid() as u32,
+            ts_ns,
+        }
+    }
+
+    /// The time an allocation entry carries: realloc's alone (see
+    /// [`AllocEnterRecord`]).
+    #[inline(always)]
+    fn entry_time(call: AllocCall) -> u64 {
+        if call == AllocCall::Realloc {
             // SAFETY: plain helper call.
-            ts_ns: unsafe { bpf_ktime_get_ns() },
+            unsafe { bpf_ktime_get_ns() }
+        } else {
+            0
         }
     }
 
@@ -104,7 +121,7 @@ mod programs {
         match EVENTS.reserve::<AllocEnterRecord>(0) {
             Some(mut entry) => {
                 entry.write(AllocEnterRecord {
-                    header: header(RecordKind::AllocEnter),
+                    header: header_at(RecordKind::AllocEnter, entry_time(call)),
                     call: call as u32,
                     _pad: 0,
                     size,

@@ -23,7 +23,7 @@ use leakscope_probe_ebpf::{
     RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord,
 };
 
-use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId};
+use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId, monotonic_ns};
 
 /// Running figures for the live status line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -111,7 +111,14 @@ impl<W: Write> Capture<W> {
         Ok(())
     }
 
-    fn enter(&mut self, enter: AllocEnterRecord) {
+    fn enter(&mut self, mut enter: AllocEnterRecord) {
+        if enter.header.ts_ns == 0 {
+            // The kernel times realloc's entries only (see `AllocEnterRecord`);
+            // the others are timed on arrival, a drain period late at most
+            // unless the ring buffer is backed up: late enough to judge a call
+            // open for a second, and never earlier than the call.
+            enter.header.ts_ns = monotonic_ns();
+        }
         if self.in_progress.len() >= MAX_THREADS_IN_PROGRESS
             && !self.in_progress.contains_key(&enter.header.tid)
         {
@@ -449,6 +456,30 @@ mod tests {
                     new: 0x6000,
                     size: 128,
                     entry_ts: 1000,
+                    ..
+                },
+            ] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The kernel times only realloc's entries; the others come with time 0 and
+    /// are timed on arrival. Such a call, and one nested in it, pair as usual
+    /// with returns timed by the kernel (earlier than the arrival, here).
+    #[test]
+    fn untimed_entries_pair_and_nest_like_timed_ones() {
+        let mut c = capture();
+        enter_at(&mut c, 3, 1000, 0, 0, AllocCall::AlignedAlloc, 48, 0);
+        enter_at(&mut c, 3, 900, 0, 0, AllocCall::Malloc, 64, 0);
+        exit_at(&mut c, 3, 900, 5, AllocCall::Malloc, 0x8000);
+        exit_at(&mut c, 3, 1000, 6, AllocCall::Malloc, 0x8000);
+        assert_eq!((c.stats.unpaired, c.stats.lost), (0, 0));
+        match &records(c)[..] {
+            [
+                Record::Alloc {
+                    ts: 6,
+                    addr: 0x8000,
+                    size: 48,
                     ..
                 },
             ] => {}

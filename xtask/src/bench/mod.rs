@@ -43,7 +43,8 @@ pub struct BenchArgs {
     /// malloc/free pairs per timed run [default: 1000000; --quick: 200000].
     #[arg(long)]
     pairs: Option<u64>,
-    /// Rounds; each runs every tool once, interleaved; medians are reported [default: 3].
+    /// Rounds; each runs every tool once, interleaved; medians are reported
+    /// [default: 5; --quick: 3].
     #[arg(long)]
     rounds: Option<usize>,
     /// Events of the recordings the analyzer is timed on
@@ -83,7 +84,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let pairs = args
         .pairs
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
-    let rounds = args.rounds.unwrap_or(3).max(1);
+    let rounds = args.rounds.unwrap_or(if args.quick { 3 } else { 5 }).max(1);
     let analyzer_events = if !args.analyzer_events.is_empty() {
         args.analyzer_events.clone()
     } else if args.quick {
@@ -250,17 +251,40 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize) -> Value {
         pairs_json[format!("{}_spread_ns", tool.key())] =
             json!(samples.get(tool.key()).map(|s| [min(s), max(s)]));
     }
-    let (base, floor, ours) = (
-        median_of("unprobed"),
-        median_of("floor"),
-        median_of("leakscope"),
-    );
-    if let (Some(base), Some(floor), Some(ours)) = (base, floor, ours) {
-        pairs_json["leakscope_vs_floor"] = json!((ours - base) / (floor - base));
+    let (floor, ours) = (median_of("floor"), median_of("leakscope"));
+    // The ratios are taken within each round, between runs a few seconds
+    // apart, then their median: the machine's load drifts over a run, and
+    // runs side by side share more of it than medians taken apart do.
+    let per_round = |f: &dyn Fn(usize) -> Option<f64>| -> Option<(f64, [f64; 2])> {
+        let ratios: Vec<f64> = (0..rounds).filter_map(f).collect();
+        (!ratios.is_empty()).then(|| (median(ratios.clone()), [min(&ratios), max(&ratios)]))
+    };
+    let sample = |key: &str, round: usize| samples.get(key).and_then(|s| s.get(round)).copied();
+    let vs_floor = per_round(&|r| {
+        let (base, floor, ours) = (
+            sample("unprobed", r)?,
+            sample("floor", r)?,
+            sample("leakscope", r)?,
+        );
+        Some((ours - base) / (floor - base))
+    });
+    if let (Some((ratio, spread)), Some(floor), Some(ours)) = (vs_floor, floor, ours) {
+        pairs_json["leakscope_vs_floor"] = json!(ratio);
+        pairs_json["leakscope_vs_floor_spread"] = json!(spread);
         pairs_json["leakscope_own_ns"] = json!(ours - floor);
     }
-    if let (Some(ours), Some(bcc)) = (ours, median_of("bcc_memleak")) {
-        pairs_json["bcc_memleak_vs_leakscope"] = json!(bcc / ours);
+    if let Some((ratio, spread)) =
+        per_round(&|r| Some(sample("bcc_memleak", r)? / sample("leakscope", r)?))
+    {
+        pairs_json["bcc_memleak_vs_leakscope"] = json!(ratio);
+        pairs_json["bcc_memleak_vs_leakscope_spread"] = json!(spread);
+    }
+    // What the ratio above could be at best: leakscope's own work at zero.
+    if let Some((ratio, spread)) =
+        per_round(&|r| Some(sample("bcc_memleak", r)? / sample("floor", r)?))
+    {
+        pairs_json["bcc_memleak_vs_floor"] = json!(ratio);
+        pairs_json["bcc_memleak_vs_floor_spread"] = json!(spread);
     }
     pairs_json["leakscope_programs"] = json!(
         programs
