@@ -56,6 +56,36 @@ pub mod program {
 /// from the allocator's caller up through rmcp into tokio's task poll.
 pub const MAX_STACK_DEPTH: usize = 32;
 
+/// Bytes of the target's stack one read brings into the walk's scratch window
+/// (a read stops at the end of the page, so at most a page).
+///
+/// Why the programs walk the frame-pointer chain themselves instead of calling
+/// `bpf_get_stack` for every allocation: the helper reads two words per frame
+/// through the perf callchain machinery, ~2.5 us for a 32-frame stack (a
+/// frame-pointer build's allocation deep in tokio has that many), most of what
+/// the probe costs a real server per allocation. Reading user memory costs
+/// ~200 ns a read whatever its size (this machine: a KVM guest, hardened
+/// usercopy), so the walk reads the stack a page at a time: ~0.8-1.3 us for the
+/// same 32 frames, and no more than the helper for a shallow one.
+pub const STACK_WINDOW_BYTES: usize = 4096;
+
+/// Slots of the programs' `UPROBE_TRAMPOLINE` array map, which userspace fills
+/// from the target's `[uprobes]` mapping once the kernel has created it.
+///
+/// Why the walk needs it: a function with a pending uretprobe (an rmcp lifecycle
+/// function being probed) has its return address replaced by the kernel's
+/// trampoline. `bpf_get_stack` puts the real address back; a walk in the
+/// program cannot, so a chain through the trampoline (or any chain while the
+/// range is still unknown, slot 0 = 0) is taken by `bpf_get_stack` instead.
+pub mod trampoline {
+    /// First address of the target's `[uprobes]` mapping.
+    pub const START: u32 = 0;
+    /// One past its last address.
+    pub const END: u32 = 1;
+    /// Slots in the map.
+    pub const SLOTS: u32 = 2;
+}
+
 /// What a record is. Stored as `u32` in [`RecordHeader::kind`].
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +180,8 @@ pub struct AllocExitRecord {
     pub addr: u64,
     /// The stack pointer just after the return.
     pub sp: u64,
-    /// Bytes of `stack` filled by `bpf_get_stack`, or a negative errno.
+    /// Bytes of `stack` filled (by the program's frame-pointer walk or by
+    /// `bpf_get_stack`, which fill it alike), or `bpf_get_stack`'s negative errno.
     pub stack_bytes: i64,
     /// User return addresses, innermost first (the allocator's caller is first).
     pub stack: [u64; MAX_STACK_DEPTH],

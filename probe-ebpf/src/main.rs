@@ -1,9 +1,9 @@
 //! leakscope's uprobe programs: allocations, frees and rmcp lifecycle scopes.
 //!
-//! Allocation functions are probed twice: at entry (`*_enter` walks the user
-//! stack by frame pointer and sends an [`AllocEnterRecord`] with the call's
-//! arguments) and at return (`*_exit` sends an [`AllocExitRecord`] with the
-//! block). Userspace pairs the two by thread and stack pointer, and keeps only
+//! Allocation functions are probed twice: at entry (`*_enter` sends an
+//! [`AllocEnterRecord`] with the call's arguments) and at return (`*_exit`
+//! walks the user stack by frame pointer and sends an [`AllocExitRecord`] with
+//! the block and the stack). Userspace pairs the two by thread and stack pointer, and keeps only
 //! a thread's outermost allocator call (see `leakscope-probe`'s `capture`).
 //! `free` needs only its entry. Lifecycle functions send a [`ScopeRecord`] at
 //! entry and return; the uprobe cookie says which function it is.
@@ -21,14 +21,17 @@ fn main() {
 mod programs {
     use aya_ebpf::EbpfContext as _;
     use aya_ebpf::bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP};
-    use aya_ebpf::helpers::generated::{bpf_get_attach_cookie, bpf_get_stack, bpf_ktime_get_ns};
+    use aya_ebpf::helpers::generated::{
+        self, bpf_get_attach_cookie, bpf_get_stack, bpf_ktime_get_ns,
+    };
     use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user};
     use aya_ebpf::macros::{map, uprobe, uretprobe};
     use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
     use aya_ebpf::programs::{ProbeContext, RetProbeContext};
     use leakscope_probe_ebpf::{
         AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, LOST_REASONS, LostReason,
-        MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind, ScopeRecord,
+        MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind, STACK_WINDOW_BYTES,
+        ScopeRecord, trampoline,
     };
 
     /// Records to userspace. Sized by the loader (`--ring-buffer`).
@@ -50,6 +53,18 @@ mod programs {
     /// read with an array lookup, which the verifier inlines.
     #[map]
     static DROPS: Array<u64> = Array::with_max_entries(1, 0);
+
+    /// The `[uprobes]` mapping of the target (see [`trampoline`]); zero until
+    /// userspace has seen it.
+    #[map]
+    static UPROBE_TRAMPOLINE: Array<u64> = Array::with_max_entries(trampoline::SLOTS, 0);
+
+    const WINDOW_WORDS: usize = STACK_WINDOW_BYTES / 8;
+
+    /// Scratch space for the stack walk's window, one per CPU (a program runs
+    /// on one CPU to its end, and 2 KiB is far beyond the 512-byte BPF stack).
+    #[map]
+    static WINDOW: PerCpuArray<[u64; WINDOW_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
     /// Not atomic: two CPUs dropping at once may count one, which is enough,
     /// because readers only ask whether the counter moved.
@@ -154,12 +169,16 @@ mod programs {
             (*record)._pad = 0;
             (*record).addr = addr;
             (*record).sp = sp(ctx.regs);
-            let filled = bpf_get_stack(
-                ctx.as_ptr(),
-                core::ptr::addr_of_mut!((*record).stack).cast(),
-                (MAX_STACK_DEPTH * 8) as u32,
-                BPF_F_USER_STACK as u64,
-            );
+            let stack = core::ptr::addr_of_mut!((*record).stack);
+            let filled = match walk_frame_pointers(ctx.regs, stack) {
+                Some(filled) => filled,
+                None => bpf_get_stack(
+                    ctx.as_ptr(),
+                    stack.cast(),
+                    (MAX_STACK_DEPTH * 8) as u32,
+                    BPF_F_USER_STACK as u64,
+                ),
+            };
             if filled < 0 {
                 count_lost(LostReason::Stack);
             }
@@ -167,6 +186,108 @@ mod programs {
         }
         entry.submit(RB_FLAGS);
     }
+
+    /// Fills `stack` as `bpf_get_stack(BPF_F_USER_STACK)` would on x86-64 (the
+    /// instruction pointer, then the return address of each frame of the
+    /// frame-pointer chain, until a frame cannot be read or the stack is full)
+    /// and returns the bytes filled; `None` when `bpf_get_stack` must do it: the
+    /// trampoline's range is not known yet, the chain passes through it, or
+    /// the chain goes down the stack.
+    ///
+    /// Frames are read from a window of up to [`STACK_WINDOW_BYTES`] of the
+    /// target's stack, read at the first frame and again at any frame outside
+    /// it. A window never crosses a page boundary: the page a frame is in is
+    /// mapped, the next one may not be, and a read that faults costs more than
+    /// the whole walk (the kernel's walk reads 16 bytes a frame for that reason).
+    #[inline(always)]
+    unsafe fn walk_frame_pointers(
+        regs: *mut aya_ebpf::bindings::pt_regs,
+        stack: *mut [u64; MAX_STACK_DEPTH],
+    ) -> Option<i64> {
+        // SAFETY (whole function): `regs` is the program's context, `stack` a
+        // reserved ring-buffer slot, `window` this CPU's scratch slot; user
+        // memory is only read through bpf_probe_read_user.
+        let start = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::START)? };
+        let end = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::END)? };
+        if start == 0 {
+            return None;
+        }
+        let window = WINDOW.get_ptr_mut(0)?;
+        unsafe { (*stack)[0] = (*regs).rip };
+        let mut fp = unsafe { (*regs).rbp };
+        // The window holds the target's bytes [base, base + len).
+        let mut base = 0u64;
+        let mut len = 0u64;
+        let mut filled = 1usize;
+        while filled < MAX_STACK_DEPTH {
+            // Where the kernel's walk would stop at its first read: the chain's
+            // end (a null frame pointer) or a value that is no user address
+            // (code built without frame pointers leaves any value in rbp).
+            // Stopping here spares the failed read and the helper's zeroing
+            // of the window that follows a failure.
+            if fp < USER_START || fp > USER_END - 16 {
+                break;
+            }
+            let mut offset = fp.wrapping_sub(base);
+            if offset & 7 != 0 || offset.wrapping_add(16) > len {
+                len = PAGE - (fp & (PAGE - 1));
+                if len > STACK_WINDOW_BYTES as u64 {
+                    len = STACK_WINDOW_BYTES as u64;
+                }
+                base = fp;
+                offset = 0;
+                let read = if len >= 16 {
+                    unsafe {
+                        generated::bpf_probe_read_user(
+                            window.cast(),
+                            len as u32,
+                            fp as *const core::ffi::c_void,
+                        )
+                    }
+                } else {
+                    -1
+                };
+                if read != 0 {
+                    if len >= 16 {
+                        // The frame's page cannot be read: nor can the frame.
+                        break;
+                    }
+                    len = 0;
+                }
+            }
+            let (next, ret) = if len != 0 {
+                let word = (offset >> 3) as usize & (WINDOW_WORDS - 1);
+                unsafe { ((*window)[word], (*window)[(word + 1) & (WINDOW_WORDS - 1)]) }
+            } else {
+                match unsafe { bpf_probe_read_user(fp as *const [u64; 2]) } {
+                    Ok([next, ret]) => (next, ret),
+                    Err(_) => break,
+                }
+            };
+            if ret >= start && ret < end {
+                return None;
+            }
+            unsafe { (*stack)[filled & (MAX_STACK_DEPTH - 1)] = ret };
+            filled += 1;
+            // Callers' frames lie above their callees'. A chain that goes down
+            // again is not one a frame-pointer build makes (rbp holding data, a
+            // switch of stacks): the kernel walks it, however far it goes,
+            // rather than this walk reading a window at every step.
+            if filled < MAX_STACK_DEPTH && next <= fp && next >= USER_START {
+                return None;
+            }
+            fp = next;
+        }
+        Some((filled * 8) as i64)
+    }
+
+    const PAGE: u64 = 4096;
+    /// The lowest address a process can map (`vm.mmap_min_addr`'s default):
+    /// below it a read can only fault, and a fault costs a microsecond or more
+    /// (code built without frame pointers often leaves a small integer in rbp).
+    const USER_START: u64 = 0x10000;
+    /// x86-64's `TASK_SIZE_MAX`: the end of user space (47-bit addresses).
+    const USER_END: u64 = (1 << 47) - PAGE;
 
     #[uprobe]
     pub fn malloc_enter(ctx: ProbeContext) -> u32 {

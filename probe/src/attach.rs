@@ -24,6 +24,7 @@ use crate::capture::{Capture, Stats};
 use crate::loader::{Loaded, load_and_attach};
 use crate::plan::{bare, make_plan};
 use crate::symbols::ElfSymbols;
+use crate::trampoline;
 
 /// How often the ring buffer is drained into the recording.
 const DRAIN_EVERY: Duration = Duration::from_millis(20);
@@ -282,6 +283,7 @@ async fn record_until_stopped<W: Write>(
         .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400));
     let mut last = (Instant::now(), 0u64);
     let program = exe_identity(options.pid);
+    let mut trampoline_known = false;
     loop {
         tokio::select! {
             _ = signals.interrupt.recv() => return Ok(EndReason::Interrupted),
@@ -291,6 +293,14 @@ async fn record_until_stopped<W: Write>(
                 for _ in 0..DRAIN_BATCH {
                     let Some(item) = loaded.events.next() else { break };
                     capture.handle(&item)?;
+                }
+                // A probe has fired once events arrive, so the kernel has
+                // mapped the trampoline by then.
+                if !trampoline_known && capture.stats.events > 0
+                    && let Some(region) = trampoline::find(options.pid)
+                {
+                    trampoline::publish(&mut loaded.trampoline, &region)?;
+                    trampoline_known = true;
                 }
             }
             _ = flush.tick() => capture.writer.flush()?,

@@ -5,7 +5,8 @@
 //! `leakscope_recording::target` (the process, its mappings) -> [`symbols`] +
 //! `leakscope_recording::preset` (which functions) -> [`plan`] (which program
 //! where, [`attach_offset`] picks cheap offsets) -> [`loader`] (aya) -> [`capture`]
-//! (ring buffer -> `leakscope_recording::RecordingWriter`), driven by [`attach`].
+//! (ring buffer -> `leakscope_recording::RecordingWriter`), driven by [`attach`];
+//! [`trampoline`] tells the programs where the kernel's uretprobe trampoline is.
 //!
 //! The recording format lives in `leakscope-recording` and the in-process mode in
 //! `leakscope-inproc`; this crate is the only one that needs the eBPF toolchain
@@ -17,6 +18,7 @@ pub mod capture;
 pub mod loader;
 pub mod plan;
 pub mod symbols;
+pub mod trampoline;
 
 /// The compiled eBPF object, built by `build.rs` from `probe-ebpf`.
 pub static EBPF_OBJECT: &[u8] =

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::num::NonZeroU32;
 
 use anyhow::{Context, Result};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::UProbe;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::{Ebpf, EbpfLoader};
@@ -24,6 +24,8 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     pub events: RingBuf<MapData>,
     pub lost: PerCpuArray<MapData, u64>,
+    /// Where the target's uretprobe trampoline is (see [`crate::trampoline`]).
+    pub trampoline: Array<MapData, u64>,
     pub attached: usize,
 }
 
@@ -67,10 +69,15 @@ pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded>
     }
     let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
     let lost = PerCpuArray::try_from(ebpf.take_map("LOST").context("no LOST map")?)?;
+    let trampoline = Array::try_from(
+        ebpf.take_map("UPROBE_TRAMPOLINE")
+            .context("no UPROBE_TRAMPOLINE map")?,
+    )?;
     Ok(Loaded {
         ebpf,
         events,
         lost,
+        trampoline,
         attached,
     })
 }

@@ -34,7 +34,10 @@ use serde_json::{Value, json};
 use crate::shell::{target_dir, workspace_root};
 use analyzer::{count_events, replay_and_time};
 use in_process::{build_inproc_alloc_bench, in_process};
-use pairs::{Env, Tool, build_pairs, prepare_bcc_headers, program_stats, time_pairs};
+use pairs::{
+    DEEP_STACK_DEPTH, Env, FRAME_POINTER_FLAGS, Tool, build_pairs, prepare_bcc_headers,
+    program_stats, time_pairs,
+};
 use render::{bar_chart, render};
 use server::{ServerEnv, build_inproc_server, server_load};
 
@@ -115,11 +118,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
     if wanted(Section::Pairs) {
         let env = Env {
-            pairs_bin: build_pairs(&scratch)?,
+            pairs_bin: build_pairs(&scratch, "pairs", &[])?,
+            depth: None,
             probe: probe.clone(),
             scratch: scratch.clone(),
         };
-        results["pairs"] = pairs_section(&env, pairs, rounds);
+        results["pairs"] = pairs_section(&env, pairs, rounds, &Tool::ALL);
+        // The same pairs 30 calls down a frame-pointer stack: what a server's
+        // allocation inside an async task looks like to a stack walker.
+        let deep = Env {
+            pairs_bin: build_pairs(&scratch, "pairs-fp", &FRAME_POINTER_FLAGS)?,
+            depth: Some(DEEP_STACK_DEPTH),
+            ..env
+        };
+        results["pairs_deep"] = pairs_section(&deep, pairs, rounds, &Tool::STACK_WALKERS);
     }
     if wanted(Section::Server) {
         let seconds = args.load_seconds.unwrap_or(if args.quick { 3 } else { 10 });
@@ -213,12 +225,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// The pairs program under every tool, rounds interleaved, and where the
 /// probe's time goes.
-fn pairs_section(env: &Env, pairs: u64, rounds: usize) -> Value {
+fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value {
     let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     let mut skipped: BTreeMap<&'static str, String> = BTreeMap::new();
     time_pairs(env, Tool::Unprobed, pairs / 10).ok(); // warm the page cache
     for round in 1..=rounds {
-        for tool in Tool::ALL {
+        for &tool in tools {
             if skipped.contains_key(tool.key()) {
                 continue;
             }
@@ -240,12 +252,20 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize) -> Value {
         Vec::new()
     });
     let median_of = |key: &str| samples.get(key).map(|s| median(s.clone()));
+    let program = match env.depth {
+        None => "bench/tools/pairs.c, cc -O1".to_owned(),
+        Some(depth) => format!(
+            "bench/tools/pairs.c --depth {depth}, cc -O1 {}",
+            FRAME_POINTER_FLAGS.join(" ")
+        ),
+    };
     let mut pairs_json = json!({
         "n": pairs,
         "rounds": rounds,
-        "program": "bench/tools/pairs.c, cc -O1",
+        "depth": env.depth,
+        "program": program,
     });
-    for tool in Tool::ALL {
+    for &tool in tools {
         pairs_json[format!("{}_ns", tool.key())] = json!(median_of(tool.key()));
         pairs_json[format!("{}_skipped", tool.key())] = json!(skipped.get(tool.key()));
         pairs_json[format!("{}_spread_ns", tool.key())] =

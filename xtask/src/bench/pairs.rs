@@ -20,7 +20,21 @@ pub(super) enum Tool {
     ValgrindDhat,
 }
 
+/// Frames the deep-stack runs add below `main`: with the loop's own and
+/// libc's, more than the 32 frames leakscope records.
+pub(super) const DEEP_STACK_DEPTH: u32 = 30;
+
 impl Tool {
+    /// The tools timed on the deep-stack program: those that record stacks
+    /// (valgrind's DHAT is left out to keep the run short).
+    pub(super) const STACK_WALKERS: [Tool; 5] = [
+        Tool::Unprobed,
+        Tool::Floor,
+        Tool::Leakscope,
+        Tool::BccMemleak,
+        Tool::Heaptrack,
+    ];
+
     pub(super) const ALL: [Tool; 6] = [
         Tool::Unprobed,
         Tool::Floor,
@@ -69,15 +83,42 @@ impl Tool {
 /// What the run needs.
 pub(super) struct Env {
     pub(super) pairs_bin: PathBuf,
+    /// `--depth`: how many frames down the loop runs (`None`: in `main`).
+    pub(super) depth: Option<u32>,
     pub(super) probe: PathBuf,
     pub(super) scratch: PathBuf,
 }
 
-/// Builds `bench/tools/pairs.c` with the system C compiler.
-pub(super) fn build_pairs(scratch: &Path) -> Result<PathBuf> {
-    let out = scratch.join("pairs");
+impl Env {
+    /// The pairs program's arguments for `n` pairs.
+    fn args(&self, n: u64) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(depth) = self.depth {
+            args.extend(["--depth".to_owned(), depth.to_string()]);
+        }
+        args.push(n.to_string());
+        args
+    }
+
+    /// A scratch file of this program's runs (`stem.lsrec`, `stem-deep.lsrec`).
+    pub(super) fn recording(&self, stem: &str) -> PathBuf {
+        let deep = if self.depth.is_some() { "-deep" } else { "" };
+        self.scratch.join(format!("{stem}{deep}.lsrec"))
+    }
+}
+
+/// How the deep-stack program is built: with frame pointers, as leakscope asks
+/// of the servers it probes, so that every tool can walk its stacks.
+pub(super) const FRAME_POINTER_FLAGS: [&str; 2] =
+    ["-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"];
+
+/// Builds `bench/tools/pairs.c` with the system C compiler (`-O1` and `flags`).
+pub(super) fn build_pairs(scratch: &Path, name: &str, flags: &[&str]) -> Result<PathBuf> {
+    let out = scratch.join(name);
     let status = Command::new("cc")
-        .args(["-O1", "-o"])
+        .arg("-O1")
+        .args(flags)
+        .arg("-o")
         .arg(&out)
         .arg(workspace_root().join("bench/tools/pairs.c"))
         .status()
@@ -111,9 +152,10 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
-    fn start(pairs_bin: &Path, n: u64) -> Result<Self, String> {
-        let mut child = Command::new(pairs_bin)
-            .args(["--wait", &n.to_string()])
+    fn start(env: &Env, n: u64) -> Result<Self, String> {
+        let mut child = Command::new(&env.pairs_bin)
+            .arg("--wait")
+            .args(env.args(n))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -153,10 +195,10 @@ pub(super) fn parse_ns(text: &str) -> Option<f64> {
 /// ns per pair of `n` pairs under `tool`; `Err` says why the tool cannot run.
 pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
     match tool {
-        Tool::Unprobed => Waiting::start(&env.pairs_bin, n)?.go(),
+        Tool::Unprobed => Waiting::start(env, n)?.go(),
         Tool::Floor | Tool::Leakscope => {
-            let program = Waiting::start(&env.pairs_bin, n)?;
-            let out = env.scratch.join("pairs.lsrec");
+            let program = Waiting::start(env, n)?;
+            let out = env.recording("pairs");
             let probe = attach(&env.probe, program.pid(), &out, tool == Tool::Floor)
                 .map_err(|e| format!("{e:#}"))?;
             let ns = program.go();
@@ -164,7 +206,7 @@ pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
             ns
         }
         Tool::BccMemleak => {
-            let program = Waiting::start(&env.pairs_bin, n)?;
+            let program = Waiting::start(env, n)?;
             let memleak = BccMemleak::attach(program.pid(), &env.scratch)?;
             let ns = program.go();
             memleak.stop();
@@ -176,7 +218,7 @@ pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
                     .arg("-o")
                     .arg(env.scratch.join("heaptrack.pairs"))
                     .arg(&env.pairs_bin)
-                    .arg(n.to_string()),
+                    .args(env.args(n)),
                 "heaptrack (apt-get install heaptrack)",
             )?;
             parse_ns(&out).ok_or_else(|| format!("heaptrack run printed no figure: {out:?}"))
@@ -186,7 +228,7 @@ pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
                 Command::new("valgrind")
                     .args(["--tool=dhat", "--dhat-out-file=/dev/null"])
                     .arg(&env.pairs_bin)
-                    .arg(n.to_string()),
+                    .args(env.args(n)),
                 "valgrind (apt-get install valgrind)",
             )?;
             parse_ns(&out).ok_or_else(|| format!("valgrind run printed no figure: {out:?}"))
@@ -335,8 +377,8 @@ pub(super) fn stop(mut probe: Child) -> Result<()> {
 /// One more leakscope run on the pairs program with `--bpf-stats`: each eBPF
 /// program's runs and mean ns per run, as the kernel timed them.
 pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<(String, u64, f64)>> {
-    let program = Waiting::start(&env.pairs_bin, n).map_err(anyhow::Error::msg)?;
-    let out = env.scratch.join("pairs-stats.lsrec");
+    let program = Waiting::start(env, n).map_err(anyhow::Error::msg)?;
+    let out = env.recording("pairs-stats");
     let mut probe = attach_with(&env.probe, program.pid(), &out, &["--bpf-stats"], true)?;
     let stderr = probe.stderr.take().expect("piped");
     program.go().map_err(anyhow::Error::msg)?;

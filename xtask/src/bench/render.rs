@@ -19,6 +19,119 @@ fn spread_of(spread: &Value) -> String {
     }
 }
 
+/// The pairs table of one program: a row per tool of `tools`.
+fn pairs_table(md: &mut String, p: &Value, tools: &[Tool]) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        md,
+        "| tool | ns per pair | spread | vs nothing attached | command |\n| --- | ---: | ---: | ---: | --- |"
+    );
+    let base = p["unprobed_ns"].as_f64();
+    for tool in tools {
+        let ns = &p[format!("{}_ns", tool.key())];
+        let spread = p[format!("{}_spread_ns", tool.key())]
+            .as_array()
+            .map(|s| format!("{}-{}", fmt_ns(&s[0]), fmt_ns(&s[1])))
+            .unwrap_or_else(|| "-".into());
+        let ratio = match (ns.as_f64(), base) {
+            (Some(ns), Some(base)) => format!("{:.1}x", ns / base),
+            _ => "-".into(),
+        };
+        let shown = match p[format!("{}_skipped", tool.key())].as_str() {
+            Some(why) => format!("skipped: {why}"),
+            None => fmt_ns(ns),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {shown} | {spread} | {ratio} | {} |",
+            tool.label(),
+            tool.command()
+        );
+    }
+}
+
+/// leakscope against the floor, one paragraph.
+fn vs_floor(md: &mut String, p: &Value) {
+    use std::fmt::Write as _;
+    if let (Some(vs_floor), Some(own)) = (
+        p["leakscope_vs_floor"].as_f64(),
+        p["leakscope_own_ns"].as_f64(),
+    ) {
+        let _ = writeln!(
+            md,
+            "leakscope costs **{vs_floor:.2}x the uprobe floor** per pair{} (what it adds over \
+             nothing attached, divided by what no-op uprobes at the same points add, within each \
+             round; the median of the rounds): {own:.0} ns of its own work per pair. The goal is \
+             1.3x.",
+            spread_of(&p["leakscope_vs_floor_spread"])
+        );
+    }
+}
+
+/// The kernel's timing of each of the probe's programs, if measured.
+fn program_table(md: &mut String, p: &Value) {
+    use std::fmt::Write as _;
+    let programs = p["leakscope_programs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if programs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nWhere leakscope's time goes, from one more run with `leakscope-probe attach \
+         --bpf-stats` (the kernel's own timing of each eBPF program, BPF_ENABLE_STATS; the \
+         rest of a pair's cost is the uprobe traps themselves):\n\n| program | runs | ns per run |\n| --- | ---: | ---: |"
+    );
+    for row in &programs {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {:.0} |",
+            row["program"].as_str().unwrap_or("?"),
+            row["runs"],
+            row["ns_per_run"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n`malloc_enter` sends the call's size and stack pointer (and, for realloc alone, the \
+         time); `malloc_exit` sends the block and the caller's stack, which it reads by walking \
+         the frame-pointer chain itself, a page of the target's stack per read (`bpf_get_stack` \
+         where the chain passes through a uretprobe's trampoline); `free_enter` sends one small \
+         record. Each is one ring-buffer record; the probe pairs entries with returns in \
+         userspace, so the programs keep no per-call map."
+    );
+}
+
+/// The pairs again, deep in a frame-pointer stack.
+fn deep_section(md: &mut String, p: &Value) {
+    use std::fmt::Write as _;
+    if p.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n### Deep stacks\n\nThe same pairs {} calls down a stack built with frame pointers \
+         ({}): every allocation has a full 32-frame stack, as one made inside a server's async \
+         task has (leakscope asks for frame-pointer builds). PAIRS is that program here. The \
+         floor does not change with depth; what walks the stack does.\n",
+        p["depth"],
+        p["program"].as_str().unwrap_or("?")
+    );
+    pairs_table(md, p, &Tool::STACK_WALKERS);
+    let _ = writeln!(md);
+    vs_floor(md, p);
+    if let Some(r) = p["bcc_memleak_vs_leakscope"].as_f64() {
+        let _ = writeln!(
+            md,
+            "\nbcc memleak costs **{r:.1}x** what leakscope costs per pair here{}.",
+            spread_of(&p["bcc_memleak_vs_leakscope_spread"])
+        );
+    }
+    program_table(md, p);
+}
+
 pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
     use std::fmt::Write as _;
     let p = &results["pairs"];
@@ -54,75 +167,10 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
          waits (`--wait`), then it runs.\n",
         p["n"], p["rounds"]
     );
-    let _ = writeln!(
-        md,
-        "| tool | ns per pair | spread | vs nothing attached | command |\n| --- | ---: | ---: | ---: | --- |"
-    );
-    let base = p["unprobed_ns"].as_f64();
-    for tool in Tool::ALL {
-        let ns = &p[format!("{}_ns", tool.key())];
-        let spread = p[format!("{}_spread_ns", tool.key())]
-            .as_array()
-            .map(|s| format!("{}-{}", fmt_ns(&s[0]), fmt_ns(&s[1])))
-            .unwrap_or_else(|| "-".into());
-        let ratio = match (ns.as_f64(), base) {
-            (Some(ns), Some(base)) => format!("{:.1}x", ns / base),
-            _ => "-".into(),
-        };
-        let shown = match p[format!("{}_skipped", tool.key())].as_str() {
-            Some(why) => format!("skipped: {why}"),
-            None => fmt_ns(ns),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {shown} | {spread} | {ratio} | {} |",
-            tool.label(),
-            tool.command()
-        );
-    }
+    pairs_table(&mut md, p, &Tool::ALL);
     let _ = writeln!(md, "\n![ns per pair by tool](images/bench-pairs.svg)\n");
-    if let (Some(vs_floor), Some(own)) = (
-        p["leakscope_vs_floor"].as_f64(),
-        p["leakscope_own_ns"].as_f64(),
-    ) {
-        let _ = writeln!(
-            md,
-            "leakscope costs **{vs_floor:.2}x the uprobe floor** per pair{} (what it adds over \
-             nothing attached, divided by what no-op uprobes at the same points add, within each \
-             round; the median of the rounds): {own:.0} ns of its own work per pair. The goal is \
-             1.3x.",
-            spread_of(&p["leakscope_vs_floor_spread"])
-        );
-    }
-    let programs = p["leakscope_programs"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if !programs.is_empty() {
-        let _ = writeln!(
-            md,
-            "\nWhere leakscope's time goes, from one more run with `leakscope-probe attach \
-             --bpf-stats` (the kernel's own timing of each eBPF program, BPF_ENABLE_STATS; the \
-             rest of a pair's cost is the uprobe traps themselves):\n\n| program | runs | ns per run |\n| --- | ---: | ---: |"
-        );
-        for row in &programs {
-            let _ = writeln!(
-                md,
-                "| `{}` | {} | {:.0} |",
-                row["program"].as_str().unwrap_or("?"),
-                row["runs"],
-                row["ns_per_run"].as_f64().unwrap_or(0.0)
-            );
-        }
-        let _ = writeln!(
-            md,
-            "\n`malloc_enter` sends the call's size and stack pointer (and, for realloc alone, \
-             the time); `malloc_exit` sends the \
-             block and reads the caller's stack (`bpf_get_stack`, user frames by frame pointer); \
-             `free_enter` sends one small record. Each is one ring-buffer record; the probe pairs \
-             entries with returns in userspace, so the programs keep no per-call map."
-        );
-    }
+    vs_floor(&mut md, p);
+    program_table(&mut md, p);
     match p["bcc_memleak_vs_leakscope"].as_f64() {
         Some(r) => {
             let _ = writeln!(
@@ -134,7 +182,9 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
             if let Some(ceiling) = p["bcc_memleak_vs_floor"].as_f64() {
                 let _ = writeln!(
                     md,
-                    "It cannot be met by a uprobe tool on this machine: bcc memleak costs                      {ceiling:.1}x the floor, so a tool that did nothing at all in its programs                      would be {ceiling:.1}x cheaper than bcc memleak, no more."
+                    "It cannot be met by a uprobe tool on this machine: bcc memleak costs \
+                     {ceiling:.1}x the floor, so a tool that did nothing at all in its programs \
+                     would be {ceiling:.1}x cheaper than bcc memleak, no more."
                 );
             }
         }
@@ -146,6 +196,7 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
             );
         }
     }
+    deep_section(&mut md, &results["pairs_deep"]);
     let _ = writeln!(
         md,
         "\nheaptrack and DHAT run inside the program (`LD_PRELOAD` and valgrind's JIT), so they \
