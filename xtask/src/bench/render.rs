@@ -93,15 +93,6 @@ fn program_table(md: &mut String, p: &Value) {
             row["ns_per_run"].as_f64().unwrap_or(0.0)
         );
     }
-    let _ = writeln!(
-        md,
-        "\n`malloc_enter` sends the call's size and stack pointer (and, for realloc alone, the \
-         time); `malloc_exit` sends the block and the caller's stack, which it reads by walking \
-         the frame-pointer chain itself, a page of the target's stack per read (`bpf_get_stack` \
-         where the chain passes through a uretprobe's trampoline); `free_enter` sends one small \
-         record. Each is one ring-buffer record; the probe pairs entries with returns in \
-         userspace, so the programs keep no per-call map."
-    );
 }
 
 /// The pairs again, deep in a frame-pointer stack.
@@ -115,7 +106,7 @@ fn deep_section(md: &mut String, p: &Value) {
         "\n### Deep stacks\n\nThe same pairs {} calls down a stack built with frame pointers \
          ({}): every allocation has a full 32-frame stack, as one made inside a server's async \
          task has (leakscope asks for frame-pointer builds). PAIRS is that program here. The \
-         floor does not change with depth; what walks the stack does.\n",
+         floor's traps are the same at any depth; the cost of walking the stack is not.\n",
         p["depth"],
         p["program"].as_str().unwrap_or("?")
     );
@@ -171,6 +162,15 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
     let _ = writeln!(md, "\n![ns per pair by tool](images/bench-pairs.svg)\n");
     vs_floor(&mut md, p);
     program_table(&mut md, p);
+    let _ = writeln!(
+        md,
+        "\n`malloc_enter` sends the call's size and stack pointer (and, for realloc alone, the \
+         time); `malloc_exit` sends the block and the caller's stack, which it reads by walking \
+         the frame-pointer chain itself, a page of the target's stack per read (`bpf_get_stack` \
+         where the chain passes through a uretprobe's trampoline); `free_enter` sends one small \
+         record. Each is one ring-buffer record; the probe pairs entries with returns in \
+         userspace, so the programs keep no per-call map."
+    );
     match p["bcc_memleak_vs_leakscope"].as_f64() {
         Some(r) => {
             let _ = writeln!(
