@@ -110,7 +110,12 @@ fn deep_section(md: &mut String, p: &Value) {
         p["depth"],
         p["program"].as_str().unwrap_or("?")
     );
-    pairs_table(md, p, &Tool::STACK_WALKERS);
+    // The tools this run timed (--quick times fewer).
+    let timed: Vec<Tool> = Tool::STACK_WALKERS
+        .into_iter()
+        .filter(|tool| p.get(format!("{}_ns", tool.key())).is_some())
+        .collect();
+    pairs_table(md, p, &timed);
     let _ = writeln!(md);
     vs_floor(md, p);
     if let Some(r) = p["bcc_memleak_vs_leakscope"].as_f64() {
