@@ -61,7 +61,8 @@ pub const MAX_STACK_DEPTH: usize = 32;
 ///
 /// Why the programs walk the frame-pointer chain themselves instead of calling
 /// `bpf_get_stack` for every allocation: the helper reads two words per frame
-/// through the perf callchain machinery, ~2.5 us for a 32-frame stack (a
+/// through the perf callchain machinery, ~2.5 us for a 32-frame stack (by hand,
+/// with `--bpf-stats`, see docs/probe.md; a
 /// frame-pointer build's allocation deep in tokio has that many), most of what
 /// the probe costs a real server per allocation. Reading user memory costs
 /// ~200 ns a read whatever its size (this machine: a KVM guest, hardened
