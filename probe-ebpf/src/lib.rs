@@ -56,8 +56,8 @@ pub mod program {
 /// from the allocator's caller up through rmcp into tokio's task poll.
 pub const MAX_STACK_DEPTH: usize = 32;
 
-/// Bytes of the target's stack one read brings into the walk's scratch window
-/// (a read stops at the end of the page, so at most a page).
+/// Bytes of the target's stack one read can bring into the walk's scratch
+/// window.
 ///
 /// Why the programs walk the frame-pointer chain themselves instead of calling
 /// `bpf_get_stack` for every allocation: the helper reads two words per frame
@@ -65,10 +65,13 @@ pub const MAX_STACK_DEPTH: usize = 32;
 /// with `--bpf-stats`, see docs/probe.md; a
 /// frame-pointer build's allocation deep in tokio has that many), most of what
 /// the probe costs a real server per allocation. Reading user memory costs
-/// ~200 ns a read whatever its size (this machine: a KVM guest, hardened
-/// usercopy), so the walk reads the stack a page at a time: ~0.8-1.3 us for the
-/// same 32 frames, and no more than the helper for a shallow one.
-pub const STACK_WINDOW_BYTES: usize = 4096;
+/// ~150-250 ns a read on top of the bytes copied (this machine: a KVM guest,
+/// hardened usercopy checking the destination at every read), so the walk
+/// reads the stack in as few pieces as it safely can: up to the end of the
+/// frame's page while it knows nothing of the thread, then, once a walk on the
+/// same thread and CPU has read up to some address, everything up to it in one
+/// read of at most this many bytes.
+pub const STACK_WINDOW_BYTES: usize = 16384;
 
 /// Slots of the programs' `UPROBE_TRAMPOLINE` array map, which userspace fills
 /// from the target's `[uprobes]` mapping once the kernel has created it.

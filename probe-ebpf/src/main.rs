@@ -62,9 +62,33 @@ mod programs {
     const WINDOW_WORDS: usize = STACK_WINDOW_BYTES / 8;
 
     /// Scratch space for the stack walk's window, one per CPU (a program runs
-    /// on one CPU to its end, and 2 KiB is far beyond the 512-byte BPF stack).
+    /// on one CPU to its end, and 8 KiB is far beyond the 512-byte BPF stack).
     #[map]
     static WINDOW: PerCpuArray<[u64; WINDOW_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+
+    /// The last stack walk on a CPU: what it learnt of its thread's stack, and
+    /// a count that tells a walk whether another one used the window meanwhile.
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct Walker {
+        /// Walks started on this CPU. A uprobe program runs with migration
+        /// disabled, not preemption: a walk preempted by another thread's on
+        /// the same CPU finds the count moved at its end, and its window
+        /// overwritten, and leaves the stack to `bpf_get_stack`.
+        walks: u64,
+        /// The thread of the last walk that read the target's stack.
+        tid: u32,
+        _pad: u32,
+        /// How far up that thread's stack walks have read (the end of the
+        /// highest frame): memory the thread's stack mapping holds for as long
+        /// as the thread lives, so readable from any of its frames below in one
+        /// read that may cross pages. A thread id reused by a new thread makes
+        /// it wrong, which only costs a failed read.
+        top: u64,
+    }
+
+    #[map]
+    static WALKER: PerCpuArray<Walker> = PerCpuArray::with_max_entries(1, 0);
 
     /// Not atomic: two CPUs dropping at once may count one, which is enough,
     /// because readers only ask whether the counter moved.
@@ -170,7 +194,8 @@ mod programs {
             (*record).addr = addr;
             (*record).sp = sp(ctx.regs);
             let stack = core::ptr::addr_of_mut!((*record).stack);
-            let filled = match walk_frame_pointers(ctx.regs, stack) {
+            let tid = (*record).header.tid;
+            let filled = match walk_frame_pointers(ctx.regs, stack, tid) {
                 Some(filled) => filled,
                 None => bpf_get_stack(
                     ctx.as_ptr(),
@@ -191,33 +216,49 @@ mod programs {
     /// instruction pointer, then the return address of each frame of the
     /// frame-pointer chain, until a frame cannot be read or the stack is full)
     /// and returns the bytes filled; `None` when `bpf_get_stack` must do it: the
-    /// trampoline's range is not known yet, the chain passes through it, or
-    /// the chain goes down the stack.
+    /// trampoline's range is not known yet, the chain passes through it, the
+    /// chain goes down the stack, or another walk took the window meanwhile.
     ///
     /// Frames are read from a window of up to [`STACK_WINDOW_BYTES`] of the
     /// target's stack, read at the first frame and again at any frame outside
-    /// it. A window never crosses a page boundary: the page a frame is in is
+    /// it. Each read costs more than its bytes (see [`STACK_WINDOW_BYTES`]), so
+    /// the first read goes as far up the stack as is known to be readable: up
+    /// to what an earlier walk of the same thread read ([`Walker::top`]); other
+    /// reads go to the end of the frame's page only. The page a frame is in is
     /// mapped, the next one may not be, and a read that faults costs more than
     /// the whole walk (the kernel's walk reads 16 bytes a frame for that reason).
     #[inline(always)]
     unsafe fn walk_frame_pointers(
         regs: *mut aya_ebpf::bindings::pt_regs,
         stack: *mut [u64; MAX_STACK_DEPTH],
+        tid: u32,
     ) -> Option<i64> {
         // SAFETY (whole function): `regs` is the program's context, `stack` a
-        // reserved ring-buffer slot, `window` this CPU's scratch slot; user
-        // memory is only read through bpf_probe_read_user.
+        // reserved ring-buffer slot, `window` and `walker` this CPU's slots;
+        // user memory is only read through bpf_probe_read_user.
         let start = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::START)? };
         let end = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::END)? };
         if start == 0 {
             return None;
         }
         let window = WINDOW.get_ptr_mut(0)?;
+        let walker = WALKER.get_ptr_mut(0)?;
+        let walks = unsafe { (*walker).walks }.wrapping_add(1);
+        unsafe { (*walker).walks = walks };
+        // Known readable up to here (0: nothing known of this thread).
+        let mut top = if unsafe { (*walker).tid } == tid {
+            unsafe { (*walker).top }
+        } else {
+            0
+        };
         unsafe { (*stack)[0] = (*regs).rip };
         let mut fp = unsafe { (*regs).rbp };
-        // The window holds the target's bytes [base, base + len).
+        // The window holds the target's bytes [base, limit). Only addresses
+        // are kept from one frame to the next, not a length: a length's range
+        // differs with how the window was read, and each range would be one
+        // more state for the verifier to explore at every frame.
         let mut base = 0u64;
-        let mut len = 0u64;
+        let mut limit = 0u64;
         let mut filled = 1usize;
         while filled < MAX_STACK_DEPTH {
             // Where the kernel's walk would stop at its first read: the chain's
@@ -228,37 +269,35 @@ mod programs {
             if fp < USER_START || fp > USER_END - 16 {
                 break;
             }
-            let mut offset = fp.wrapping_sub(base);
-            if offset & 7 != 0 || offset.wrapping_add(16) > len {
-                len = PAGE - (fp & (PAGE - 1));
+            if fp < base || fp + 16 > limit || (fp - base) & 7 != 0 {
+                // Up to what the thread is known to hold, else to the end of
+                // the frame's page.
+                let page = PAGE - (fp & (PAGE - 1));
+                let mut len = if top > fp + page { top - fp } else { page };
                 if len > STACK_WINDOW_BYTES as u64 {
                     len = STACK_WINDOW_BYTES as u64;
                 }
                 base = fp;
-                offset = 0;
-                let read = if len >= 16 {
-                    unsafe {
-                        generated::bpf_probe_read_user(
-                            window.cast(),
-                            len as u32,
-                            fp as *const core::ffi::c_void,
-                        )
-                    }
-                } else {
-                    -1
-                };
-                if read != 0 {
-                    if len >= 16 {
+                limit = fp;
+                if len >= 16 {
+                    if read_window(window, fp, len) == 0 {
+                        limit = fp + len;
+                    } else if len > page {
+                        // What an earlier walk read is gone (the thread id was
+                        // reused, or the thread left its stack).
+                        unsafe { (*walker).top = 0 };
+                        return None;
+                    } else {
                         // The frame's page cannot be read: nor can the frame.
                         break;
                     }
-                    len = 0;
                 }
             }
-            let (next, ret) = if len != 0 {
-                let word = (offset >> 3) as usize & (WINDOW_WORDS - 1);
+            let (next, ret) = if limit > base {
+                let word = ((fp - base) >> 3) as usize & (WINDOW_WORDS - 1);
                 unsafe { ((*window)[word], (*window)[(word + 1) & (WINDOW_WORDS - 1)]) }
             } else {
+                // The frame straddles the end of its page.
                 match unsafe { bpf_probe_read_user(fp as *const [u64; 2]) } {
                     Ok([next, ret]) => (next, ret),
                     Err(_) => break,
@@ -278,7 +317,48 @@ mod programs {
             }
             fp = next;
         }
+        if unsafe { (*walker).walks } != walks {
+            // Preempted by a walk that reused the window: frames may be another
+            // thread's.
+            return None;
+        }
+        // How far up the next walk of this thread reads: just past the frame
+        // the chain went on to, if the window holds it (the stack was full),
+        // else to the end of the last window, which was readable.
+        let reach = if fp >= base && fp + 16 <= limit {
+            fp + 16
+        } else {
+            limit
+        };
+        if reach > top {
+            top = reach;
+        }
+        if top != 0 {
+            unsafe {
+                (*walker).tid = tid;
+                (*walker).top = top;
+            }
+        }
         Some((filled * 8) as i64)
+    }
+
+    /// One read of the target's `[from, from + len)` into the window: 0, or
+    /// the helper's error (the window then holds zeros).
+    #[inline(always)]
+    fn read_window(window: *mut [u64; WINDOW_WORDS], from: u64, len: u64) -> i64 {
+        if len < 16 {
+            return -1;
+        }
+        // SAFETY: `window` is this CPU's slot of WINDOW_WORDS words and `len`
+        // at most its size (the callers bound it); the helper reads user
+        // memory without faulting.
+        unsafe {
+            generated::bpf_probe_read_user(
+                window.cast(),
+                len as u32,
+                from as *const core::ffi::c_void,
+            )
+        }
     }
 
     const PAGE: u64 = 4096;

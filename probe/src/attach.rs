@@ -56,6 +56,9 @@ pub struct ProgramStats {
     pub program: &'static str,
     pub runs: u64,
     pub run_time: Duration,
+    /// Instructions the kernel's verifier processed to load the program: how
+    /// close it is to the 1 M limit past which a kernel refuses it.
+    pub verified_insns: Option<u32>,
 }
 
 /// What [`attach`] reports while it runs; the caller decides what to show.
@@ -227,6 +230,7 @@ pub async fn attach(
                     program: name,
                     runs: info.run_count(),
                     run_time: info.run_time(),
+                    verified_insns: info.verified_instruction_count(),
                 });
             }
         }

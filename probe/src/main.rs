@@ -146,10 +146,13 @@ async fn run(cli: Cli) -> Result<()> {
             );
             for program in &outcome.programs {
                 eprintln!(
-                    "leakscope-probe: bpf-stats program={} runs={} ns_per_run={:.0}",
+                    "leakscope-probe: bpf-stats program={} runs={} ns_per_run={:.0} verified_insns={}",
                     program.program,
                     program.runs,
-                    program.run_time.as_nanos() as f64 / program.runs as f64
+                    program.run_time.as_nanos() as f64 / program.runs as f64,
+                    program
+                        .verified_insns
+                        .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
                 );
             }
             Ok(())
