@@ -316,7 +316,12 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value 
     pairs_json["leakscope_programs"] = json!(
         programs
             .iter()
-            .map(|(program, runs, ns)| json!({"program": program, "runs": runs, "ns_per_run": ns}))
+            .map(|p| json!({
+                "program": p.program,
+                "runs": p.runs,
+                "ns_per_run": p.ns_per_run,
+                "verified_insns": p.verified_insns,
+            }))
             .collect::<Vec<_>>()
     );
     pairs_json

@@ -374,9 +374,20 @@ pub(super) fn stop(mut probe: Child) -> Result<()> {
     Ok(())
 }
 
+/// One eBPF program's figures from a `--bpf-stats` run.
+pub(super) struct ProgramStat {
+    pub program: String,
+    pub runs: u64,
+    /// Mean time per run, as the kernel timed it.
+    pub ns_per_run: f64,
+    /// Instructions the verifier processed to load it (the kernel refuses a
+    /// program past 1 M); `None` where the kernel does not say.
+    pub verified_insns: Option<u64>,
+}
+
 /// One more leakscope run on the pairs program with `--bpf-stats`: each eBPF
-/// program's runs and mean ns per run, as the kernel timed them.
-pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<(String, u64, f64)>> {
+/// program's runs, mean ns per run and verifier instructions.
+pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<ProgramStat>> {
     let program = Waiting::start(env, n).map_err(anyhow::Error::msg)?;
     let out = env.recording("pairs-stats");
     let mut probe = attach_with(&env.probe, program.pid(), &out, &["--bpf-stats"], true)?;
@@ -398,7 +409,12 @@ pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<(String, u64, f64)>
         if let (Some(name), Some(runs), Some(ns)) =
             (field("program="), field("runs="), field("ns_per_run="))
         {
-            stats.push((name, runs.parse()?, ns.parse()?));
+            stats.push(ProgramStat {
+                program: name,
+                runs: runs.parse()?,
+                ns_per_run: ns.parse()?,
+                verified_insns: field("verified_insns=").and_then(|n| n.parse().ok()),
+            });
         }
     }
     Ok(stats)

@@ -82,15 +82,20 @@ fn program_table(md: &mut String, p: &Value) {
         md,
         "\nWhere leakscope's time goes, from one more run with `leakscope-probe attach \
          --bpf-stats` (the kernel's own timing of each eBPF program, BPF_ENABLE_STATS; the \
-         rest of a pair's cost is the uprobe traps themselves):\n\n| program | runs | ns per run |\n| --- | ---: | ---: |"
+         rest of a pair's cost is the uprobe traps themselves), and the instructions the \
+         kernel's verifier processed to load each (it refuses a program past 1 M):\n\n\
+         | program | runs | ns per run | verifier instructions |\n| --- | ---: | ---: | ---: |"
     );
     for row in &programs {
         let _ = writeln!(
             md,
-            "| `{}` | {} | {:.0} |",
+            "| `{}` | {} | {:.0} | {} |",
             row["program"].as_str().unwrap_or("?"),
             row["runs"],
-            row["ns_per_run"].as_f64().unwrap_or(0.0)
+            row["ns_per_run"].as_f64().unwrap_or(0.0),
+            row["verified_insns"]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), |n| n.to_string())
         );
     }
 }
