@@ -325,6 +325,9 @@ mod programs {
         // How far up the next walk of this thread reads: just past the frame
         // the chain went on to, if the window holds it (the stack was full),
         // else to the end of the last window, which was readable.
+        // (`fp` may be any value here, where the loop stopped. Should `fp + 16`
+        // wrap, `reach` is a small number, below any frame's page, which no
+        // walk ever reads up to.)
         let reach = if fp >= base && fp + 16 <= limit {
             fp + 16
         } else {
