@@ -62,7 +62,7 @@ mod programs {
     const WINDOW_WORDS: usize = STACK_WINDOW_BYTES / 8;
 
     /// Scratch space for the stack walk's window, one per CPU (a program runs
-    /// on one CPU to its end, and 8 KiB is far beyond the 512-byte BPF stack).
+    /// on one CPU to its end, and 16 KiB is far beyond the 512-byte BPF stack).
     #[map]
     static WINDOW: PerCpuArray<[u64; WINDOW_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
@@ -79,8 +79,8 @@ mod programs {
         /// The thread of the last walk that read the target's stack.
         tid: u32,
         _pad: u32,
-        /// How far up that thread's stack walks have read (the end of the
-        /// highest frame): memory the thread's stack mapping holds for as long
+        /// How far up that thread's stack walks have read (past the highest
+        /// frame, or to the end of the last window read): memory the thread's stack mapping holds for as long
         /// as the thread lives, so readable from any of its frames below in one
         /// read that may cross pages. A thread id reused by a new thread makes
         /// it wrong, which only costs a failed read.
@@ -349,6 +349,9 @@ mod programs {
     /// the helper's error (the window then holds zeros).
     #[inline(always)]
     fn read_window(window: *mut [u64; WINDOW_WORDS], from: u64, len: u64) -> i64 {
+        // Also checked by the caller, but removing it here changes what LLVM
+        // emits: the verifier then needs 77 k instructions to check
+        // `malloc_exit`, not 64 k (`--bpf-stats`).
         if len < 16 {
             return -1;
         }
