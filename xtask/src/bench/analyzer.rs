@@ -133,7 +133,7 @@ pub(super) fn replay_and_time(
 
 /// `leakscope report FILE`: (seconds, peak RSS in bytes, blocks live at the
 /// end from its summary.json: what the analyzer's memory should follow).
-fn time_report(
+pub(super) fn time_report(
     leakscope: &Path,
     recording: &Path,
     scratch: &Path,

@@ -344,6 +344,23 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
             flat["live_blocks_at_end"]
         );
     }
+    let analyzer = &results["analyzer"];
+    if let (Some(start), Some(marginal)) = (
+        analyzer["start_seconds"].as_f64(),
+        analyzer["marginal_events_per_s"].as_f64(),
+    ) {
+        let _ = writeln!(
+            md,
+            "\nEvery report starts with the same fixed work, whatever its events: naming frames \
+             from the server binary's debug info (blazesym) and drawing the charts. On the \
+             recording above itself ({} events) the whole report takes {:.2} s, which is most of \
+             the smallest run's time. Past it, between the two largest runs, the analyzer takes \
+             {:.2} M events/s.",
+            analyzer["start_events"],
+            start,
+            marginal / 1e6
+        );
+    }
     let _ = writeln!(
         md,
         "\nThe goal is at least 5 M events/s, with memory that follows the blocks live at the \
@@ -411,16 +428,23 @@ pub(super) fn bar_chart(p: &Value) -> String {
 
 /// The server-under-load section: one table per load.
 fn render_server(md: &mut String, server: &Value) {
-    use super::server::{LOADS, ServerTool, load_key};
+    use super::server::{ServerTool, load_key, loads_of};
     use std::fmt::Write as _;
     if server.is_null() {
         return;
     }
+    let loads = loads_of(server);
+    let rates: Vec<String> = loads.iter().flatten().map(|r| format!("{r:.0}")).collect();
+    let rates = match rates.as_slice() {
+        [] => String::new(),
+        [one] => format!("{one} sessions/s, "),
+        [init @ .., last] => format!("{} and {last} sessions/s, ", init.join(", ")),
+    };
     let _ = writeln!(
         md,
         "## The server under load\n\n`{}` driven by `churn` (each session: `initialize`, \
-         `notifications/initialized`, one `tools/call`, then abandoned) for {} s at each load: 10 \
-         and 100 sessions/s, then as fast as it goes ({} sessions in flight). One server per \
+         `notifications/initialized`, one `tools/call`, then abandoned) for {} s at each load: \
+         {rates}then as fast as it goes; at most {} sessions in flight. One server per \
          tool; the loads run on it in that order. Latency is per request, to the end of its \
          reply. Server CPU includes the probes' eBPF programs, which run in the server's \
          context; tool CPU is the tool's own processes (the probe, bcc's python, heaptrack's \
@@ -429,9 +453,13 @@ fn render_server(md: &mut String, server: &Value) {
         server["seconds_per_load"],
         server["saturation_concurrency"],
     );
+    let _ = writeln!(
+        md,
+        "![median latency by sessions/s, to saturation](images/bench-server.svg)\n"
+    );
     let tools = &server["tools"];
     let base = |load: &str| tools["unprobed"]["loads"][load]["sessions_per_s"].as_f64();
-    for load in LOADS {
+    for load in loads {
         let key = load_key(load);
         let _ = writeln!(
             md,
@@ -485,4 +513,181 @@ fn render_server(md: &mut String, server: &Value) {
             lost.join(", ")
         }
     );
+}
+
+/// The server section's curve, as SVG: median request latency against the
+/// sessions/s each tool reached, one line per tool through its load points up
+/// to saturation (where a line turns up, the server is out of breath). `None`
+/// without a server section. Hand-written like [`bar_chart`].
+pub(super) fn server_chart(server: &Value) -> Option<String> {
+    use super::server::{ServerTool, load_key, loads_of};
+    use std::fmt::Write as _;
+    let tools = server.get("tools")?;
+    let loads = loads_of(server);
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = ServerTool::ALL
+        .iter()
+        .filter_map(|tool| {
+            let rows = &tools[tool.key()]["loads"];
+            let points: Vec<(f64, f64)> = loads
+                .iter()
+                .filter_map(|&load| {
+                    let row = &rows[load_key(load).as_str()];
+                    Some((
+                        row["sessions_per_s"].as_f64()?,
+                        row["latency_p50_ms"].as_f64()?,
+                    ))
+                })
+                .collect();
+            (!points.is_empty()).then_some((tool.key(), points))
+        })
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let points = || lines.iter().flat_map(|(_, p)| p.iter());
+    let max_x = nice_ceiling(points().map(|p| p.0).fold(1.0, f64::max));
+    // Latency on a log scale: a tool's start-up (heaptrack's, in a short run)
+    // can put one point tens of times above the rest.
+    let decade = |v: f64| v.max(0.01).log10();
+    let low_y = points()
+        .map(|p| decade(p.1))
+        .fold(f64::MAX, f64::min)
+        .floor();
+    let high_y = points()
+        .map(|p| decade(p.1))
+        .fold(f64::MIN, f64::max)
+        .ceil()
+        .max(low_y + 1.0);
+    let (width, height, left, right, top, bottom) = (760.0, 420.0, 70.0, 190.0, 40.0, 50.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let x = |v: f64| left + plot_w * v / max_x;
+    let y = |v: f64| top + plot_h * (1.0 - (decade(v) - low_y) / (high_y - low_y));
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="13">"#
+    );
+    let _ = writeln!(
+        svg,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15">fixture-server under churn: median request latency by sessions/s reached</text>"#
+    );
+    for i in 0..=4 {
+        let vx = max_x * i as f64 / 4.0;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{vx}</text>"#,
+            x(vx),
+            top + plot_h + 18.0,
+        );
+    }
+    for power in low_y as i32..=high_y as i32 {
+        for mantissa in [1.0, 2.0, 5.0] {
+            let vy = mantissa * 10f64.powi(power);
+            if decade(vy) > high_y + 1e-9 {
+                break;
+            }
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{left}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="{}"/><text x="{}" y="{:.1}" text-anchor="end">{vy}</text>"##,
+                left + plot_w,
+                if mantissa == 1.0 { "#bbb" } else { "#eee" },
+                left - 6.0,
+                y(vy) + 4.0,
+                py = y(vy),
+            );
+        }
+    }
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{b}" stroke="#333"/><line x1="{left}" y1="{b}" x2="{r}" y2="{b}" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">sessions/s reached</text><text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">p50 ms (log scale)</text>"##,
+        left + plot_w / 2.0,
+        height - 10.0,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
+        b = top + plot_h,
+        r = left + plot_w,
+    );
+    const COLORS: [&str; 5] = ["#7f7f7f", "#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
+    for (i, (name, points)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let path: Vec<String> = points
+            .iter()
+            .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+            path.join(" ")
+        );
+        for &(px, py) in points {
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#,
+                x(px),
+                y(py)
+            );
+        }
+        let ly = top + 10.0 + 22.0 * i as f64;
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#,
+            left + plot_w + 16.0,
+            left + plot_w + 40.0,
+            left + plot_w + 46.0,
+            ly + 4.0
+        );
+    }
+    svg.push_str("</svg>\n");
+    Some(svg)
+}
+
+/// The smallest of 1, 2 or 5 times a power of ten, times four, that is at
+/// least `v`: an axis end whose quarters are round numbers.
+fn nice_ceiling(v: f64) -> f64 {
+    let quarter = v / 4.0;
+    let power = 10f64.powf(quarter.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&s| s >= quarter)
+        .unwrap_or(10.0 * power);
+    step * 4.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_ends_are_round_and_cover_the_data() {
+        assert_eq!(nice_ceiling(357.0), 400.0);
+        assert_eq!(nice_ceiling(4.51), 8.0);
+        assert_eq!(nice_ceiling(0.9), 1.0);
+        for v in [0.07, 1.0, 3.3, 99.6, 1234.0] {
+            assert!(nice_ceiling(v) >= v, "{v}");
+        }
+    }
+
+    #[test]
+    fn server_chart_draws_one_line_per_tool_inside_the_plot() {
+        let row = |rate: f64, p50: f64| serde_json::json!({ "sessions_per_s": rate, "latency_p50_ms": p50 });
+        let server = serde_json::json!({ "tools": {
+            "unprobed": { "loads": { "10_per_s": row(10.0, 1.0), "100_per_s": row(99.0, 0.9), "saturation": row(357.0, 0.7) } },
+            "leakscope": { "loads": { "10_per_s": row(10.0, 1.8), "saturation": row(336.0, 1.9) } },
+            "bcc_memleak": { "skipped": "no bcc" },
+        }});
+        let svg = server_chart(&server).unwrap();
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(svg.matches("<circle").count(), 5);
+        for circle in svg.split("<circle").skip(1) {
+            let attr = |name: &str| -> f64 {
+                let rest = &circle[circle.find(&format!("{name}=\"")).unwrap() + name.len() + 2..];
+                rest[..rest.find('"').unwrap()].parse().unwrap()
+            };
+            assert!((70.0..=570.0).contains(&attr("cx")), "{circle}");
+            assert!((40.0..=370.0).contains(&attr("cy")), "{circle}");
+        }
+        assert!(server_chart(&serde_json::Value::Null).is_none());
+    }
 }

@@ -58,12 +58,27 @@ impl ServerTool {
     }
 }
 
-/// The load points, in the order they run: sessions/s, or `None` for as fast
-/// as `churn` can go.
-pub(super) const LOADS: [Option<f64>; 3] = [Some(10.0), Some(100.0), None];
+/// The load points of a full run, in the order they run: sessions/s, or
+/// `None` for as fast as `churn` can go.
+pub(super) const LOADS: [Option<f64>; 4] = [Some(10.0), Some(100.0), Some(200.0), None];
 
-/// Sessions in flight at saturation (the rated loads use churn's default).
-const SATURATION_CONCURRENCY: usize = 16;
+/// `--quick`'s: the goal's load, one between, saturation.
+pub(super) const QUICK_LOADS: [Option<f64>; 3] = [Some(10.0), Some(100.0), None];
+
+/// The load points a section's JSON was measured at (its `rates`, then saturation).
+pub(super) fn loads_of(server: &Value) -> Vec<Option<f64>> {
+    match server["rates"].as_array() {
+        Some(rates) => rates
+            .iter()
+            .filter_map(|r| r.as_f64().map(Some))
+            .chain([None])
+            .collect(),
+        None => LOADS.to_vec(),
+    }
+}
+
+/// Sessions in flight at most, at every load.
+const IN_FLIGHT: usize = 16;
 
 pub(super) fn load_key(load: Option<f64>) -> String {
     load.map_or("saturation".into(), |rate| format!("{rate:.0}_per_s"))
@@ -79,6 +94,8 @@ pub(super) struct ServerEnv<'a> {
     pub scratch: &'a Path,
     /// Seconds per load point.
     pub seconds: u64,
+    /// [`LOADS`] or [`QUICK_LOADS`].
+    pub loads: &'a [Option<f64>],
 }
 
 /// Every tool at every load: `{tool: {loads: {load: {...}}, lost_events, ...}}`,
@@ -97,7 +114,8 @@ pub(super) fn server_load(env: &ServerEnv) -> Result<Value> {
     }
     Ok(json!({
         "seconds_per_load": env.seconds,
-        "saturation_concurrency": SATURATION_CONCURRENCY,
+        "rates": env.loads.iter().flatten().collect::<Vec<_>>(),
+        "saturation_concurrency": IN_FLIGHT,
         "server": "fixture-server --composition leaky --keep-alive 5s",
         "tools": tools,
     }))
@@ -144,7 +162,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         _ => None,
     };
     let mut loads = serde_json::Map::new();
-    for load in LOADS {
+    for &load in env.loads {
         let server_cpu = cpu_seconds(server.pid);
         let tool_cpu = tool_root.map(|root| tree_cpu_seconds(root, server.pid));
         let report = churn(env, &server.url, load)?;
@@ -198,9 +216,11 @@ fn churn(env: &ServerEnv, url: &str, load: Option<f64>) -> Result<Value> {
         }
         None => {
             command.args(["--rate", "1000000", "--count", "100000000"]);
-            command.args(["--concurrency", &SATURATION_CONCURRENCY.to_string()]);
         }
     }
+    // The same bound at every load, so that a rated load is held back by the
+    // server alone (with churn's default of 8, 200/s stalled at ~175/s).
+    command.args(["--concurrency", &IN_FLIGHT.to_string()]);
     // churn exits non-zero when it stops short of --count, which saturation
     // always does: its JSON line is the result either way.
     let output = command
