@@ -41,7 +41,7 @@ use pairs::{
     program_stats, time_pairs,
 };
 use render::{bar_chart, render, server_chart};
-use server::{LOADS, QUICK_LOADS, ServerEnv, build_inproc_server, server_load};
+use server::{LOADS, QUICK_LOADS, ServerEnv, build_inproc_server, server_load, server_programs};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -144,14 +144,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Section::Server) {
         let seconds = args.load_seconds.unwrap_or(if args.quick { 2 } else { 10 });
-        results["server"] = server_load(&ServerEnv {
+        let env = ServerEnv {
             bin: &bin,
             inproc_server: &inproc_server,
             probe: &probe,
             scratch: &scratch,
             seconds,
             loads: if args.quick { &QUICK_LOADS } else { &LOADS },
-        })?;
+        };
+        results["server"] = server_load(&env)?;
+        results["server_programs"] = if args.quick {
+            json!({ "skipped": "--quick" })
+        } else {
+            server_programs(&env).unwrap_or_else(|e| json!({ "skipped": format!("{e:#}") }))
+        };
     }
     if wanted(Section::InProcess) {
         results["in_process"] = in_process(

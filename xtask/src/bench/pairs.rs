@@ -395,6 +395,12 @@ pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<ProgramStat>> {
     program.go().map_err(anyhow::Error::msg)?;
     // The pairs program has exited: the probe detaches by itself.
     probe.wait()?;
+    parse_bpf_stats(stderr)
+}
+
+/// The `bpf-stats program=NAME runs=N ns_per_run=X verified_insns=I` lines of
+/// a probe's stderr.
+pub(super) fn parse_bpf_stats(stderr: impl std::io::Read) -> Result<Vec<ProgramStat>> {
     let mut stats = Vec::new();
     for line in BufReader::new(stderr).lines() {
         let line = line?;

@@ -298,6 +298,7 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
     );
 
     render_server(&mut md, &results["server"]);
+    render_server_programs(&mut md, &results["server_programs"]);
 
     let r = &results["recording"];
     let _ = writeln!(
@@ -653,6 +654,57 @@ fn nice_ceiling(v: f64) -> f64 {
         .find(|&s| s >= quarter)
         .unwrap_or(10.0 * power);
     step * 4.0
+}
+
+/// Where the probe's time goes on the server (see `server::server_programs`).
+fn render_server_programs(md: &mut String, p: &Value) {
+    use std::fmt::Write as _;
+    if p.is_null() {
+        return;
+    }
+    let _ = writeln!(md, "### Where the probe's time goes on the server\n");
+    if let Some(why) = p["skipped"].as_str() {
+        let _ = writeln!(md, "Not measured in this run: {why}.\n");
+        return;
+    }
+    let cpu = &p["server_cpu_ms_per_session"];
+    let ms = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        md,
+        "Three more servers at {} sessions/s for {} s each: server CPU per session {:.2} ms with \
+         nothing attached, {:.2} ms with no-op programs at the probe's attach points (the uprobe \
+         traps alone: `leakscope-probe attach --pid PID --bare`), {:.2} ms with the probe \
+         (`leakscope-probe attach --pid PID --bpf-stats`). On this server the probe costs \
+         **{:.2}x the floor**: a real server's allocations are made deep in async code, so each \
+         stack walk copies more of the stack than in the pairs above. Per program, the \
+         kernel's own timing:\n",
+        p["rate"],
+        p["seconds"],
+        ms("unprobed"),
+        ms("floor"),
+        ms("leakscope"),
+        p["leakscope_vs_floor"].as_f64().unwrap_or(f64::NAN),
+    );
+    let _ = writeln!(
+        md,
+        "| program | runs per session | ns per run | us per session |\n| --- | ---: | ---: | ---: |"
+    );
+    let mut rows: Vec<&Value> = p["programs"].as_array().into_iter().flatten().collect();
+    rows.sort_by(|a, b| {
+        let us = |v: &Value| v["us_per_session"].as_f64().unwrap_or(0.0);
+        us(b).total_cmp(&us(a))
+    });
+    for row in rows {
+        let _ = writeln!(
+            md,
+            "| `{}` | {:.1} | {:.0} | {:.1} |",
+            row["program"].as_str().unwrap_or("?"),
+            row["runs_per_session"].as_f64().unwrap_or(0.0),
+            row["ns_per_run"].as_f64().unwrap_or(0.0),
+            row["us_per_session"].as_f64().unwrap_or(0.0),
+        );
+    }
+    let _ = writeln!(md);
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
 //! The server under load: `fixture-server --composition leaky` driven by
-//! `churn` at 10 and 100 sessions/s and at saturation, with nothing attached and
-//! under each tool a user would reach for. One server per tool; the loads run on
+//! `churn` at 10, 100 and 200 sessions/s and at saturation, with nothing attached
+//! and under each tool a user would reach for. One server per tool; the loads run on
 //! it in that order, so every tool sees the same history (the leaky map grows
 //! the same way under each).
 //!
 //! Per load: sessions/s achieved, request latency (p50/p99, as `churn` times
 //! each request to the end of its reply), the target's CPU per session (eBPF
 //! programs run in the target's context, so the probe's in-kernel time is in
-//! it), the tool's own processes' CPU, and per tool the events it lost.
+//! it), the tool's own processes' CPU, and per tool the events it lost. Then
+//! where the probe's time goes on this server: its CPU against the uprobe
+//! floor's, and the kernel's timing of each program.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::pairs::{BccMemleak, attach, stop};
+use super::pairs::{BccMemleak, attach, attach_with, parse_bpf_stats, stop};
 
 /// Who watches the server.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -118,6 +120,70 @@ pub(super) fn server_load(env: &ServerEnv) -> Result<Value> {
         "saturation_concurrency": IN_FLIGHT,
         "server": "fixture-server --composition leaky --keep-alive 5s",
         "tools": tools,
+    }))
+}
+
+/// Where the probe's time goes on the server, at 100 sessions/s: the server's
+/// CPU per session with nothing attached, with no-op programs at the probe's
+/// attach points (`--bare`: the uprobe traps alone) and with the probe, and
+/// the kernel's timing of each of the probe's programs (`--bpf-stats`, which
+/// adds its own clock reads: the probe row here is a little above the table's).
+pub(super) fn server_programs(env: &ServerEnv) -> Result<Value> {
+    const RATE: f64 = 100.0;
+    let mut cpu = serde_json::Map::new();
+    let mut programs = Vec::new();
+    for (key, extra) in [
+        ("unprobed", None),
+        ("floor", Some("--bare")),
+        ("leakscope", Some("--bpf-stats")),
+    ] {
+        let mut command = Command::new(env.bin.join("fixture-server"));
+        command.args(["--composition", "leaky", "--keep-alive", "5s"]);
+        let server = Server::start(command)?;
+        let recording = env.scratch.join(format!("server-programs-{key}.lsrec"));
+        let mut probe = match extra {
+            Some(arg) => Some(attach_with(
+                env.probe,
+                server.pid,
+                &recording,
+                &[arg],
+                true,
+            )?),
+            None => None,
+        };
+        let before = cpu_seconds(server.pid);
+        let report = churn(env, &server.url, Some(RATE))?;
+        let used = cpu_seconds(server.pid) - before;
+        let sessions = report["created"].as_f64().unwrap_or(0.0).max(1.0);
+        if let Some(mut child) = probe.take() {
+            let stderr = child.stderr.take().expect("piped");
+            stop(child)?;
+            if key == "leakscope" {
+                for stat in parse_bpf_stats(stderr)? {
+                    programs.push(json!({
+                        "program": stat.program,
+                        "runs_per_session": stat.runs as f64 / sessions,
+                        "ns_per_run": stat.ns_per_run,
+                        "us_per_session": stat.runs as f64 * stat.ns_per_run / sessions / 1e3,
+                    }));
+                }
+            }
+        }
+        server.finish()?;
+        let _ = std::fs::remove_file(&recording);
+        eprintln!(
+            "server programs: {key}: {:.2} ms CPU per session",
+            used * 1e3 / sessions
+        );
+        cpu.insert(key.into(), json!(used * 1e3 / sessions));
+    }
+    let ms = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
+    Ok(json!({
+        "rate": RATE,
+        "seconds": env.seconds,
+        "server_cpu_ms_per_session": cpu,
+        "leakscope_vs_floor": (ms("leakscope") - ms("unprobed")) / (ms("floor") - ms("unprobed")),
+        "programs": programs,
     }))
 }
 
