@@ -79,8 +79,10 @@ pub const STACK_WINDOW_BYTES: usize = 16384;
 /// Why the walk needs it: a function with a pending uretprobe (an rmcp lifecycle
 /// function being probed) has its return address replaced by the kernel's
 /// trampoline. `bpf_get_stack` puts the real address back; a walk in the
-/// program cannot, so a chain through the trampoline (or any chain while the
-/// range is still unknown, slot 0 = 0) is taken by `bpf_get_stack` instead.
+/// program cannot, so it keeps the trampoline's address and userspace puts the
+/// real one back: the entry probe of every function with a return probe sends
+/// its return address ([`ScopeRecord::ret`]). While the range is still unknown
+/// (slot 0 = 0) the walk cannot tell, and every stack is `bpf_get_stack`'s.
 pub mod trampoline {
     /// First address of the target's `[uprobes]` mapping.
     pub const START: u32 = 0;
@@ -214,6 +216,14 @@ pub struct ScopeRecord {
     pub phase: u32,
     /// First argument at entry; return value at exit.
     pub arg: u64,
+    /// The stack pointer: at entry it points to the return address, at exit
+    /// it is 8 above that (the return popped it).
+    pub sp: u64,
+    /// At entry, the return address (the word at `sp`, 0 if unreadable): a
+    /// function with a return probe has it replaced by the kernel's trampoline
+    /// while it runs, and stack walks find the trampoline in its place (see
+    /// [`trampoline`]). 0 at exit.
+    pub ret: u64,
 }
 
 /// Scope phase values of [`ScopeRecord::phase`].
@@ -301,7 +311,7 @@ mod tests {
             16 + 8 * 4 + 8 * MAX_STACK_DEPTH
         );
         assert_eq!(size_of::<FreeRecord>(), 24);
-        assert_eq!(size_of::<ScopeRecord>(), 32);
+        assert_eq!(size_of::<ScopeRecord>(), 48);
         assert_eq!(align_of::<AllocExitRecord>(), 8);
     }
 }

@@ -216,8 +216,11 @@ mod programs {
     /// instruction pointer, then the return address of each frame of the
     /// frame-pointer chain, until a frame cannot be read or the stack is full)
     /// and returns the bytes filled; `None` when `bpf_get_stack` must do it: the
-    /// trampoline's range is not known yet, the chain passes through it, the
-    /// chain goes down the stack, or another walk took the window meanwhile.
+    /// trampoline's range is not known yet (the walk could not tell its
+    /// address from a return address), the chain goes down the stack, or
+    /// another walk took the window meanwhile. Where a uretprobe's trampoline
+    /// stands in for a return address, the stack keeps the trampoline's
+    /// address and userspace puts the real one back.
     ///
     /// Frames are read from a window of up to [`STACK_WINDOW_BYTES`] of the
     /// target's stack, read at the first frame and again at any frame outside
@@ -237,7 +240,6 @@ mod programs {
         // reserved ring-buffer slot, `window` and `walker` this CPU's slots;
         // user memory is only read through bpf_probe_read_user.
         let start = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::START)? };
-        let end = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::END)? };
         if start == 0 {
             return None;
         }
@@ -303,9 +305,9 @@ mod programs {
                     Err(_) => break,
                 }
             };
-            if ret >= start && ret < end {
-                return None;
-            }
+            // A return address in the trampoline is kept as it is: userspace
+            // puts back the real one, which the function's entry sent (see
+            // `trampoline`).
             unsafe { (*stack)[filled & (MAX_STACK_DEPTH - 1)] = ret };
             filled += 1;
             // Callers' frames lie above their callees'. A chain that goes down
@@ -496,7 +498,7 @@ mod programs {
     }
 
     #[inline(always)]
-    fn send_scope(ctx_ptr: *mut core::ffi::c_void, phase: u32, arg: u64) {
+    fn send_scope(ctx_ptr: *mut core::ffi::c_void, phase: u32, arg: u64, sp: u64, ret: u64) {
         // SAFETY: plain helper call on our own context.
         let scope = unsafe { bpf_get_attach_cookie(ctx_ptr) } as u32;
         match EVENTS.reserve::<ScopeRecord>(0) {
@@ -506,6 +508,8 @@ mod programs {
                     scope,
                     phase,
                     arg,
+                    sp,
+                    ret,
                 });
                 entry.submit(RB_FLAGS);
             }
@@ -513,17 +517,30 @@ mod programs {
         }
     }
 
-    /// Entry of an rmcp lifecycle function; the cookie names it, `arg` is its first argument.
+    /// Entry of an rmcp lifecycle function; the cookie names it, `arg` is its
+    /// first argument. Also sends the return address, which a return probe's
+    /// trampoline hides from stack walks while the function runs (read at
+    /// every entry: where the probe is past the prologue, and the word is no
+    /// return address, userspace has no return probe to match it with).
     #[uprobe]
     pub fn scope_enter(ctx: ProbeContext) -> u32 {
-        send_scope(ctx.as_ptr(), PHASE_ENTER, ctx.arg::<u64>(0).unwrap_or(0));
+        let sp = sp(ctx.regs);
+        // SAFETY: reads the target's own stack, without faulting.
+        let ret = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
+        send_scope(
+            ctx.as_ptr(),
+            PHASE_ENTER,
+            ctx.arg::<u64>(0).unwrap_or(0),
+            sp,
+            ret,
+        );
         0
     }
 
     #[uretprobe]
     pub fn scope_exit(ctx: RetProbeContext) -> u32 {
         let ret: u64 = ctx.ret();
-        send_scope(ctx.as_ptr(), PHASE_EXIT, ret);
+        send_scope(ctx.as_ptr(), PHASE_EXIT, ret, sp(ctx.regs), 0);
         0
     }
 

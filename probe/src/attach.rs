@@ -152,7 +152,12 @@ pub async fn attach(
     header.rmcp_version = exe.crate_version("rmcp");
     let writer = RecordingWriter::create(&options.out, &header)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
-    let mut capture = Capture::new(writer);
+    let mut capture = Capture::new(writer).with_returning_scopes(
+        plan.scope_functions
+            .iter()
+            .filter(|function| function.returns)
+            .map(|function| function.kind),
+    );
     for mapping in &target.mappings {
         capture.writer.push(Record::Mapping(mapping.clone()))?;
     }
@@ -303,6 +308,9 @@ async fn record_until_stopped<W: Write>(
                 if !trampoline_known && capture.stats.events > 0
                     && let Some(region) = trampoline::find(options.pid)
                 {
+                    // Capture learns it first: the records the programs send
+                    // once they know it come after this point in the ring.
+                    capture.set_trampoline(region.clone());
                     trampoline::publish(&mut loaded.trampoline, &region)?;
                     trampoline_known = true;
                 }

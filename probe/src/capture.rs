@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::mem::size_of;
+use std::ops::Range;
 
 use leakscope_probe_ebpf::{
     AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER,
@@ -39,7 +40,24 @@ pub struct Stats {
     pub malformed: u64,
     /// Allocation entries or returns whose other half never came.
     pub unpaired: u64,
+    /// Stacks cut short at a uretprobe trampoline whose function's entry
+    /// (and so its real return address) was not seen: a dropped record.
+    pub trampolines_unresolved: u64,
 }
+
+/// A call of a lifecycle function with a return probe, entered and not yet
+/// returned: while it runs, the kernel's trampoline stands in for `ret` on
+/// the stack.
+#[derive(Debug, Clone, Copy)]
+struct PendingReturn {
+    /// The stack pointer at entry (pointing to the return address).
+    sp: u64,
+    ret: u64,
+}
+
+/// More open lifecycle calls on one thread than any real nesting: entries
+/// whose returns were lost pile up here, and the oldest are let go.
+const MAX_PENDING_RETURNS: usize = 64;
 
 /// Allocator calls in progress on one thread, outermost first.
 type InProgress = Vec<AllocEnterRecord>;
@@ -63,6 +81,12 @@ pub struct Capture<W: Write> {
     live: HashMap<u64, u64>,
     /// Per thread, allocator calls entered and not yet returned.
     in_progress: HashMap<u32, InProgress>,
+    /// Lifecycle functions that have a return probe, by [`ScopeKind`].
+    returning: [bool; ScopeKind::ALL.len()],
+    /// Per thread, calls of those functions in progress, outermost first.
+    pending_returns: HashMap<u32, Vec<PendingReturn>>,
+    /// The target's `[uprobes]` mapping, once known (see [`crate::trampoline`]).
+    trampoline: Option<Range<u64>>,
     pub stats: Stats,
 }
 
@@ -72,8 +96,28 @@ impl<W: Write> Capture<W> {
             writer,
             live: HashMap::new(),
             in_progress: HashMap::new(),
+            returning: [false; ScopeKind::ALL.len()],
+            pending_returns: HashMap::new(),
+            trampoline: None,
             stats: Stats::default(),
         }
+    }
+
+    /// The lifecycle functions that have a return probe: their entries'
+    /// return addresses replace the trampoline in the stacks recorded while
+    /// they run.
+    pub fn with_returning_scopes(mut self, kinds: impl IntoIterator<Item = ScopeKind>) -> Self {
+        for kind in kinds {
+            self.returning[kind as usize] = true;
+        }
+        self
+    }
+
+    /// Where the kernel's uretprobe trampoline is: from the moment the
+    /// programs are told (see [`crate::trampoline::publish`]) their walks keep
+    /// its address where a probed function's return address was.
+    pub fn set_trampoline(&mut self, region: Range<u64>) {
+        self.trampoline = Some(region);
     }
 
     /// Decodes one ring-buffer record and appends what it says.
@@ -273,6 +317,9 @@ impl<W: Write> Capture<W> {
             (ScopeKind::WorkerDrop, Phase::Enter) => self.stats.workers_ended += 1,
             _ => {}
         }
+        if self.returning[kind as usize] {
+            self.track_return(record, phase);
+        }
         self.stats.events += 1;
         self.writer.push(Record::Scope {
             ts: record.header.ts_ns,
@@ -283,17 +330,88 @@ impl<W: Write> Capture<W> {
         })
     }
 
+    /// Keeps the thread's open calls of a function with a return probe. A call
+    /// is matched with its return by stack pointer; calls deeper than the one
+    /// entered or returned from have returned already (their records were
+    /// dropped), and are let go.
+    fn track_return(&mut self, record: &ScopeRecord, phase: Phase) {
+        let tid = record.header.tid;
+        let open = self.pending_returns.entry(tid).or_default();
+        match phase {
+            Phase::Enter => {
+                open.retain(|call| call.sp > record.sp);
+                if open.len() == MAX_PENDING_RETURNS {
+                    open.remove(0);
+                }
+                open.push(PendingReturn {
+                    sp: record.sp,
+                    ret: record.ret,
+                });
+            }
+            Phase::Exit => {
+                let entry_sp = record.sp.wrapping_sub(RETURN_SP_OFFSET);
+                open.retain(|call| call.sp > entry_sp);
+            }
+        }
+        if open.is_empty() {
+            self.pending_returns.remove(&tid);
+        }
+    }
+
     /// The id of this record's stack (the writer writes a `Stack` record the first time).
     fn stack_id(&mut self, record: &AllocExitRecord) -> io::Result<Option<StackId>> {
         if record.stack_bytes <= 0 {
             return Ok(None);
         }
         let filled = (record.stack_bytes as usize / 8).min(MAX_STACK_DEPTH);
-        let mut frames: &[u64] = &record.stack[..filled];
+        let mut stack = record.stack;
+        let mut frames: &[u64] = &stack[..filled];
+        if let Some(trampoline) = &self.trampoline
+            && frames.iter().any(|frame| trampoline.contains(frame))
+        {
+            let kept = self.restore_returns(record, &mut stack[..filled], trampoline.clone());
+            frames = &stack[..kept];
+        }
         while let [rest @ .., 0] = frames {
             frames = rest;
         }
         self.writer.stack(frames)
+    }
+
+    /// Puts the real return addresses where the trampoline stands in `frames`
+    /// (innermost first): the n-th trampoline from the inside is the return of
+    /// the n-th innermost open call above the allocation, as the kernel pairs
+    /// them (`bpf_get_stack` does the same). Returns how many frames to keep:
+    /// all, or those below a trampoline whose call's entry was not seen.
+    fn restore_returns(
+        &mut self,
+        record: &AllocExitRecord,
+        frames: &mut [u64],
+        trampoline: Range<u64>,
+    ) -> usize {
+        let open = self
+            .pending_returns
+            .get(&record.header.tid)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut returns = open
+            .iter()
+            .rev()
+            .filter(|call| call.sp > record.sp)
+            .map(|call| call.ret);
+        for (i, frame) in frames.iter_mut().enumerate() {
+            if !trampoline.contains(frame) {
+                continue;
+            }
+            match returns.next() {
+                Some(ret) if ret != 0 => *frame = ret,
+                _ => {
+                    self.stats.trampolines_unresolved += 1;
+                    return i;
+                }
+            }
+        }
+        frames.len()
     }
 }
 
@@ -310,6 +428,7 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leakscope_probe_ebpf::PHASE_EXIT;
     use leakscope_recording::{
         AllocLayer, EndReason, Header, Producer, RecordingReader, Settings, target::Target,
     };
@@ -599,5 +718,122 @@ mod tests {
                 .sum()
         };
         assert_eq!(lost, 3, "each lost call is in the recording once");
+    }
+
+    /// The frames of every stack a capture wrote, in order.
+    fn stacks(capture: Capture<Vec<u8>>) -> Vec<Vec<u64>> {
+        let bytes = capture
+            .writer
+            .finish(Record::End {
+                ts: 0,
+                reason: EndReason::Finished,
+            })
+            .expect("finish");
+        RecordingReader::new(&bytes[..], std::path::Path::new("test"))
+            .expect("readable")
+            .filter_map(|r| match r {
+                Record::Stack { frames, .. } => Some(frames),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn scope(c: &mut Capture<Vec<u8>>, tid: u32, kind: ScopeKind, phase: u32, sp: u64, ret: u64) {
+        let record = ScopeRecord {
+            header: RecordHeader {
+                kind: RecordKind::Scope as u32,
+                tid,
+                ts_ns: 1,
+            },
+            scope: kind as u32,
+            phase,
+            arg: 0,
+            sp,
+            ret,
+        };
+        c.handle(&bytes_of(&record)).unwrap();
+    }
+
+    /// An allocation at `entry_sp` whose stack is `frames`.
+    fn alloc_with_stack(c: &mut Capture<Vec<u8>>, tid: u32, entry_sp: u64, frames: &[u64]) {
+        enter(c, tid, entry_sp, AllocCall::Malloc, 16, 0);
+        let mut stack = [0; MAX_STACK_DEPTH];
+        stack[..frames.len()].copy_from_slice(frames);
+        let record = AllocExitRecord {
+            header: RecordHeader {
+                kind: RecordKind::AllocExit as u32,
+                tid,
+                ts_ns: entry_sp + 1,
+            },
+            call: AllocCall::Malloc as u32,
+            _pad: 0,
+            addr: 0x5000 + entry_sp,
+            sp: entry_sp + RETURN_SP_OFFSET,
+            stack_bytes: (frames.len() * 8) as i64,
+            stack,
+        };
+        c.handle(&bytes_of(&record)).unwrap();
+    }
+
+    const TRAMPOLINE: u64 = 0x7fff_f000;
+
+    #[test]
+    fn the_trampoline_in_a_stack_becomes_the_return_address_its_call_entered_with() {
+        let mut c =
+            capture().with_returning_scopes([ScopeKind::SessionCreate, ScopeKind::WorkerSpawn]);
+        c.set_trampoline(TRAMPOLINE..TRAMPOLINE + 0x1000);
+        // session-create entered at sp 9000 (returns to 0xc1), worker-spawn
+        // inside it at sp 8000 (returns to 0xc2); a poll (no return probe)
+        // at 7000 sends a word that is no return address.
+        scope(&mut c, 3, ScopeKind::SessionCreate, PHASE_ENTER, 9000, 0xc1);
+        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc2);
+        scope(&mut c, 3, ScopeKind::WorkerPoll, PHASE_ENTER, 7000, 0xdead);
+        alloc_with_stack(&mut c, 3, 6000, &[0xa0, TRAMPOLINE, 0xa1, TRAMPOLINE, 0xa2]);
+        // Another thread's open calls are not this one's.
+        alloc_with_stack(&mut c, 4, 6000, &[0xb0, TRAMPOLINE, 0xb1]);
+        // worker-spawn returns; the next allocation has one trampoline left.
+        scope(
+            &mut c,
+            3,
+            ScopeKind::WorkerSpawn,
+            PHASE_EXIT,
+            8000 + RETURN_SP_OFFSET,
+            0,
+        );
+        alloc_with_stack(&mut c, 3, 5000, &[0xa3, TRAMPOLINE, 0xa4]);
+        assert_eq!(c.stats.trampolines_unresolved, 1);
+        assert_eq!(
+            stacks(c),
+            vec![
+                vec![0xa0, 0xc2, 0xa1, 0xc1, 0xa2],
+                vec![0xb0],
+                vec![0xa3, 0xc1, 0xa4],
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_whose_returns_were_dropped_are_let_go_by_stack_pointer() {
+        let mut c =
+            capture().with_returning_scopes([ScopeKind::SessionCreate, ScopeKind::WorkerSpawn]);
+        c.set_trampoline(TRAMPOLINE..TRAMPOLINE + 0x1000);
+        scope(&mut c, 3, ScopeKind::SessionCreate, PHASE_ENTER, 9000, 0xc1);
+        // Entered at 8000, its return dropped by the ring buffer.
+        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xdead);
+        // A later call at the same depth: the one before has returned.
+        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc2);
+        alloc_with_stack(&mut c, 3, 6000, &[0xa0, TRAMPOLINE, 0xa1, TRAMPOLINE]);
+        // session-create returns, taking any call left open inside it.
+        scope(
+            &mut c,
+            3,
+            ScopeKind::SessionCreate,
+            PHASE_EXIT,
+            9000 + RETURN_SP_OFFSET,
+            0,
+        );
+        assert!(!c.pending_returns.contains_key(&3));
+        assert_eq!(c.stats.trampolines_unresolved, 0);
+        assert_eq!(stacks(c), vec![vec![0xa0, 0xc2, 0xa1, 0xc1]]);
     }
 }

@@ -177,8 +177,9 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
         "\n`malloc_enter` sends the call's size and stack pointer (and, for realloc alone, the \
          time); `malloc_exit` sends the block and the caller's stack, which it reads by walking \
          the frame-pointer chain itself in a copy of the target's stack, one read per walk once an \
-         earlier walk of the thread has read that far (`bpf_get_stack` \
-         where the chain passes through a uretprobe's trampoline); `free_enter` sends one small \
+         earlier walk of the thread has read that far (where a uretprobe's trampoline stands \
+         in for a return address, the probe puts back the real one, which the function's entry \
+         sent); `free_enter` sends one small \
          record. Each is one ring-buffer record; the probe pairs entries with returns in \
          userspace, so the programs keep no per-call map."
     );
