@@ -73,16 +73,26 @@ pub const MAX_STACK_DEPTH: usize = 32;
 /// read of at most this many bytes.
 pub const STACK_WINDOW_BYTES: usize = 16384;
 
+/// Set in a stack frame where the walk found the uretprobe trampoline in place
+/// of a return address: the frame then holds the address of the stack slot the
+/// return address was read from, with this bit set (user addresses are below
+/// 2^47). At a probed function's entry that slot is where its stack pointer
+/// points ([`ScopeRecord::sp`]), so userspace matches the frame to exactly one
+/// call, or to none (see `leakscope-probe`'s capture).
+pub const TRAMPOLINE_SLOT_MARK: u64 = 1 << 63;
+
 /// Slots of the programs' `UPROBE_TRAMPOLINE` array map, which userspace fills
 /// from the target's `[uprobes]` mapping once the kernel has created it.
 ///
 /// Why the walk needs it: a function with a pending uretprobe (an rmcp lifecycle
 /// function being probed) has its return address replaced by the kernel's
 /// trampoline. `bpf_get_stack` puts the real address back; a walk in the
-/// program cannot, so it keeps the trampoline's address and userspace puts the
-/// real one back: the entry probe of every function with a return probe sends
-/// its return address ([`ScopeRecord::ret`]). While the range is still unknown
-/// (slot 0 = 0) the walk cannot tell, and every stack is `bpf_get_stack`'s.
+/// program cannot, so it records where it read the trampoline's address
+/// ([`TRAMPOLINE_SLOT_MARK`]) and userspace puts the real one back: the entry
+/// probe of every function with a return probe sends its return address and
+/// where it is ([`ScopeRecord::ret`], [`ScopeRecord::sp`]). While the range is
+/// still unknown (slot 0 = 0) the walk cannot tell, and every stack is
+/// `bpf_get_stack`'s.
 pub mod trampoline {
     /// First address of the target's `[uprobes]` mapping.
     pub const START: u32 = 0;

@@ -31,7 +31,7 @@ mod programs {
     use leakscope_probe_ebpf::{
         AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, LOST_REASONS, LostReason,
         MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind, STACK_WINDOW_BYTES,
-        ScopeRecord, trampoline,
+        ScopeRecord, TRAMPOLINE_SLOT_MARK, trampoline,
     };
 
     /// Records to userspace. Sized by the loader (`--ring-buffer`).
@@ -219,8 +219,8 @@ mod programs {
     /// trampoline's range is not known yet (the walk could not tell its
     /// address from a return address), the chain goes down the stack, or
     /// another walk took the window meanwhile. Where a uretprobe's trampoline
-    /// stands in for a return address, the stack keeps the trampoline's
-    /// address and userspace puts the real one back.
+    /// stands in for a return address, the stack has the slot it was read from,
+    /// marked ([`TRAMPOLINE_SLOT_MARK`]), and userspace puts the real one back.
     ///
     /// Frames are read from a window of up to [`STACK_WINDOW_BYTES`] of the
     /// target's stack, read at the first frame and again at any frame outside
@@ -240,6 +240,7 @@ mod programs {
         // reserved ring-buffer slot, `window` and `walker` this CPU's slots;
         // user memory is only read through bpf_probe_read_user.
         let start = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::START)? };
+        let end = unsafe { *UPROBE_TRAMPOLINE.get_ptr(trampoline::END)? };
         if start == 0 {
             return None;
         }
@@ -305,10 +306,15 @@ mod programs {
                     Err(_) => break,
                 }
             };
-            // A return address in the trampoline is kept as it is: userspace
-            // puts back the real one, which the function's entry sent (see
-            // `trampoline`).
-            unsafe { (*stack)[filled & (MAX_STACK_DEPTH - 1)] = ret };
+            // In place of a return address in the trampoline, where it was
+            // read: userspace puts back the real one, which the probed
+            // function's entry sent from that very slot (see `trampoline`).
+            let frame = if ret >= start && ret < end {
+                (fp + 8) | TRAMPOLINE_SLOT_MARK
+            } else {
+                ret
+            };
+            unsafe { (*stack)[filled & (MAX_STACK_DEPTH - 1)] = frame };
             filled += 1;
             // Callers' frames lie above their callees'. A chain that goes down
             // again is not one a frame-pointer build makes (rbp holding data, a

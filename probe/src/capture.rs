@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use leakscope_probe_ebpf::{
     AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER,
-    RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord,
+    RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord, TRAMPOLINE_SLOT_MARK,
 };
 
 use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId, monotonic_ns};
@@ -40,8 +40,10 @@ pub struct Stats {
     pub malformed: u64,
     /// Allocation entries or returns whose other half never came.
     pub unpaired: u64,
-    /// Stacks cut short at a uretprobe trampoline whose function's entry
-    /// (and so its real return address) was not seen: a dropped record.
+    /// Stacks cut short at a uretprobe trampoline whose call's entry (and so
+    /// its real return address) was not seen: a dropped record, a call that
+    /// began while the probes were being attached, or another tool's
+    /// uretprobe on the target.
     pub trampolines_unresolved: u64,
 }
 
@@ -58,6 +60,10 @@ struct PendingReturn {
 /// More open lifecycle calls on one thread than any real nesting: entries
 /// whose returns were lost pile up here, and the oldest are let go.
 const MAX_PENDING_RETURNS: usize = 64;
+
+/// Threads with open lifecycle calls beyond this are forgotten at once (threads
+/// that ended inside one, or whose returns were lost).
+const MAX_THREADS_PENDING: usize = 65_536;
 
 /// Allocator calls in progress on one thread, outermost first.
 type InProgress = Vec<AllocEnterRecord>;
@@ -336,6 +342,11 @@ impl<W: Write> Capture<W> {
     /// dropped), and are let go.
     fn track_return(&mut self, record: &ScopeRecord, phase: Phase) {
         let tid = record.header.tid;
+        if self.pending_returns.len() >= MAX_THREADS_PENDING
+            && !self.pending_returns.contains_key(&tid)
+        {
+            self.pending_returns.clear();
+        }
         let open = self.pending_returns.entry(tid).or_default();
         match phase {
             Phase::Enter => {
@@ -366,10 +377,8 @@ impl<W: Write> Capture<W> {
         let filled = (record.stack_bytes as usize / 8).min(MAX_STACK_DEPTH);
         let mut stack = record.stack;
         let mut frames: &[u64] = &stack[..filled];
-        if let Some(trampoline) = &self.trampoline
-            && frames.iter().any(|frame| trampoline.contains(frame))
-        {
-            let kept = self.restore_returns(record, &mut stack[..filled], trampoline.clone());
+        if frames.iter().any(|&frame| self.is_trampoline(frame)) {
+            let kept = self.restore_returns(record.header.tid, record.sp, &mut stack[..filled]);
             frames = &stack[..kept];
         }
         while let [rest @ .., 0] = frames {
@@ -378,40 +387,62 @@ impl<W: Write> Capture<W> {
         self.writer.stack(frames)
     }
 
-    /// Puts the real return addresses where the trampoline stands in `frames`
-    /// (innermost first): the n-th trampoline from the inside is the return of
-    /// the n-th innermost open call above the allocation, as the kernel pairs
-    /// them (`bpf_get_stack` does the same). Returns how many frames to keep:
-    /// all, or those below a trampoline whose call's entry was not seen.
-    fn restore_returns(
-        &mut self,
-        record: &AllocExitRecord,
-        frames: &mut [u64],
-        trampoline: Range<u64>,
-    ) -> usize {
+    /// Whether a stack frame stands for a return address the kernel's
+    /// trampoline took: marked by the programs' walk with the slot it was read
+    /// from, or the trampoline's own address (in a stack from `bpf_get_stack`,
+    /// on kernels that do not put the real address back themselves).
+    fn is_trampoline(&self, frame: u64) -> bool {
+        frame & TRAMPOLINE_SLOT_MARK != 0
+            || self
+                .trampoline
+                .as_ref()
+                .is_some_and(|range| range.contains(&frame))
+    }
+
+    /// Puts the real return addresses in `frames` (innermost first) where the
+    /// trampoline stands, for an allocation that returned with stack pointer
+    /// `sp`. A marked frame names the slot its return address was read from,
+    /// which is the stack pointer of exactly one open call's entry: its return
+    /// address goes there. A bare trampoline address takes the innermost open
+    /// call above the allocation not yet used, as the kernel pairs them.
+    /// Returns how many frames to keep: all, or those below the first
+    /// trampoline no open call accounts for.
+    fn restore_returns(&mut self, tid: u32, sp: u64, frames: &mut [u64]) -> usize {
         let open = self
             .pending_returns
-            .get(&record.header.tid)
+            .get(&tid)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        let mut returns = open
-            .iter()
-            .rev()
-            .filter(|call| call.sp > record.sp)
-            .map(|call| call.ret);
-        for (i, frame) in frames.iter_mut().enumerate() {
-            if !trampoline.contains(frame) {
+        // Open calls before this index (outermost first) are left for bare
+        // trampoline addresses, which go outward.
+        let mut next = open.len();
+        let mut kept = frames.len();
+        for (i, slot_or_frame) in frames.iter_mut().enumerate() {
+            let frame = *slot_or_frame;
+            if !self.is_trampoline(frame) {
                 continue;
             }
-            match returns.next() {
-                Some(ret) if ret != 0 => *frame = ret,
+            let found = if frame & TRAMPOLINE_SLOT_MARK != 0 {
+                let slot = frame & !TRAMPOLINE_SLOT_MARK;
+                open.iter().rposition(|call| call.sp == slot)
+            } else {
+                open[..next].iter().rposition(|call| call.sp > sp)
+            };
+            match found {
+                Some(at) if open[at].ret != 0 => {
+                    *slot_or_frame = open[at].ret;
+                    next = at;
+                }
                 _ => {
-                    self.stats.trampolines_unresolved += 1;
-                    return i;
+                    kept = i;
+                    break;
                 }
             }
         }
-        frames.len()
+        if kept < frames.len() {
+            self.stats.trampolines_unresolved += 1;
+        }
+        kept
     }
 }
 
@@ -777,21 +808,31 @@ mod tests {
 
     const TRAMPOLINE: u64 = 0x7fff_f000;
 
-    #[test]
-    fn the_trampoline_in_a_stack_becomes_the_return_address_its_call_entered_with() {
+    /// A frame the walk marked: the trampoline was read from `slot`.
+    fn slot(slot: u64) -> u64 {
+        slot | TRAMPOLINE_SLOT_MARK
+    }
+
+    fn returning_capture() -> Capture<Vec<u8>> {
         let mut c =
             capture().with_returning_scopes([ScopeKind::SessionCreate, ScopeKind::WorkerSpawn]);
         c.set_trampoline(TRAMPOLINE..TRAMPOLINE + 0x1000);
+        c
+    }
+
+    #[test]
+    fn a_marked_trampoline_becomes_the_return_address_sent_from_its_slot() {
+        let mut c = returning_capture();
         // session-create entered at sp 9000 (returns to 0xc1), worker-spawn
         // inside it at sp 8000 (returns to 0xc2); a poll (no return probe)
         // at 7000 sends a word that is no return address.
         scope(&mut c, 3, ScopeKind::SessionCreate, PHASE_ENTER, 9000, 0xc1);
         scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc2);
         scope(&mut c, 3, ScopeKind::WorkerPoll, PHASE_ENTER, 7000, 0xdead);
-        alloc_with_stack(&mut c, 3, 6000, &[0xa0, TRAMPOLINE, 0xa1, TRAMPOLINE, 0xa2]);
+        alloc_with_stack(&mut c, 3, 6000, &[0xa0, slot(8000), 0xa1, slot(9000), 0xa2]);
         // Another thread's open calls are not this one's.
-        alloc_with_stack(&mut c, 4, 6000, &[0xb0, TRAMPOLINE, 0xb1]);
-        // worker-spawn returns; the next allocation has one trampoline left.
+        alloc_with_stack(&mut c, 4, 6000, &[0xb0, slot(8000), 0xb1]);
+        // worker-spawn returns; session-create is still open.
         scope(
             &mut c,
             3,
@@ -800,29 +841,32 @@ mod tests {
             8000 + RETURN_SP_OFFSET,
             0,
         );
-        alloc_with_stack(&mut c, 3, 5000, &[0xa3, TRAMPOLINE, 0xa4]);
-        assert_eq!(c.stats.trampolines_unresolved, 1);
+        alloc_with_stack(&mut c, 3, 5000, &[0xa3, slot(9000), 0xa4]);
+        // A slot no open call entered at (another tool's uretprobe).
+        alloc_with_stack(&mut c, 3, 5000, &[0xa5, slot(8500), 0xa6]);
+        assert_eq!(c.stats.trampolines_unresolved, 2);
         assert_eq!(
             stacks(c),
             vec![
                 vec![0xa0, 0xc2, 0xa1, 0xc1, 0xa2],
                 vec![0xb0],
                 vec![0xa3, 0xc1, 0xa4],
+                vec![0xa5],
             ]
         );
     }
 
     #[test]
-    fn calls_whose_returns_were_dropped_are_let_go_by_stack_pointer() {
-        let mut c =
-            capture().with_returning_scopes([ScopeKind::SessionCreate, ScopeKind::WorkerSpawn]);
-        c.set_trampoline(TRAMPOLINE..TRAMPOLINE + 0x1000);
+    fn a_call_whose_return_was_dropped_takes_no_other_calls_frame() {
+        let mut c = returning_capture();
         scope(&mut c, 3, ScopeKind::SessionCreate, PHASE_ENTER, 9000, 0xc1);
-        // Entered at 8000, its return dropped by the ring buffer.
-        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xdead);
+        // Entered at 8000 and returned, its return record dropped.
+        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc3);
+        // An allocation in a sibling call, deeper than the lost one's frame.
+        alloc_with_stack(&mut c, 3, 7000, &[0xa0, slot(9000), 0xa1]);
         // A later call at the same depth: the one before has returned.
         scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc2);
-        alloc_with_stack(&mut c, 3, 6000, &[0xa0, TRAMPOLINE, 0xa1, TRAMPOLINE]);
+        alloc_with_stack(&mut c, 3, 6000, &[0xa2, slot(8000), 0xa3, slot(9000)]);
         // session-create returns, taking any call left open inside it.
         scope(
             &mut c,
@@ -834,6 +878,38 @@ mod tests {
         );
         assert!(!c.pending_returns.contains_key(&3));
         assert_eq!(c.stats.trampolines_unresolved, 0);
-        assert_eq!(stacks(c), vec![vec![0xa0, 0xc2, 0xa1, 0xc1]]);
+        assert_eq!(
+            stacks(c),
+            vec![vec![0xa0, 0xc1, 0xa1], vec![0xa2, 0xc2, 0xa3, 0xc1]]
+        );
+    }
+
+    /// `bpf_get_stack` on a kernel that leaves the trampoline's address in
+    /// its stacks (older kernels): paired innermost first, like the kernel.
+    #[test]
+    fn bare_trampoline_addresses_take_the_open_calls_innermost_first() {
+        let mut c = returning_capture();
+        scope(&mut c, 3, ScopeKind::SessionCreate, PHASE_ENTER, 9000, 0xc1);
+        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc2);
+        alloc_with_stack(
+            &mut c,
+            3,
+            6000,
+            &[0xa0, TRAMPOLINE, 0xa1, TRAMPOLINE + 1, 0xa2],
+        );
+        alloc_with_stack(
+            &mut c,
+            3,
+            6000,
+            &[0xa0, TRAMPOLINE, 0xa1, TRAMPOLINE, TRAMPOLINE],
+        );
+        assert_eq!(c.stats.trampolines_unresolved, 1);
+        assert_eq!(
+            stacks(c),
+            vec![
+                vec![0xa0, 0xc2, 0xa1, 0xc1, 0xa2],
+                vec![0xa0, 0xc2, 0xa1, 0xc1]
+            ]
+        );
     }
 }

@@ -144,6 +144,12 @@ async fn run(cli: Cli) -> Result<()> {
                 out.display(),
                 outcome.end.describe()
             );
+            if stats.trampolines_unresolved > 0 {
+                eprintln!(
+                    "leakscope-probe: {} stacks end at a uretprobe trampoline whose call's entry was not seen (a dropped record, or another tool's uretprobe on the target)",
+                    stats.trampolines_unresolved
+                );
+            }
             for program in &outcome.programs {
                 eprintln!(
                     "leakscope-probe: bpf-stats program={} runs={} ns_per_run={:.0} verified_insns={}",

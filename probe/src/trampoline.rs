@@ -1,7 +1,8 @@
 //! The target's uretprobe trampoline: where the kernel sends a probed
-//! function's return, so the programs' own stack walk can tell a chain it may
-//! read itself from one it must leave to `bpf_get_stack` (see
-//! `leakscope_probe_ebpf::trampoline`).
+//! function's return. The programs' own stack walk must know it to tell a
+//! return address from the trampoline's, which it marks for the capture to
+//! replace (see `leakscope_probe_ebpf::trampoline`); until it is known, every
+//! stack is `bpf_get_stack`'s.
 //!
 //! The kernel maps the trampoline (`[uprobes]` in `/proc/PID/maps`) the first
 //! time a probe of the process fires, so it is looked for after the first

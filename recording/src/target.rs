@@ -219,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_build_id_without_reading_the_file() {
+    fn reads_the_build_id_a_whole_file_parse_finds() {
         use object::Object;
         let exe = std::env::current_exe().unwrap();
         let whole = std::fs::read(&exe).unwrap();
