@@ -480,8 +480,8 @@ mod tests {
         Capture::new(RecordingWriter::new(Vec::new(), &header).expect("header"))
     }
 
-    /// The memory records a capture wrote.
-    fn records(capture: Capture<Vec<u8>>) -> Vec<Record> {
+    /// Every record a capture wrote.
+    fn written(capture: Capture<Vec<u8>>) -> impl Iterator<Item = Record> {
         let bytes = capture
             .writer
             .finish(Record::End {
@@ -489,8 +489,13 @@ mod tests {
                 reason: EndReason::Finished,
             })
             .expect("finish");
-        RecordingReader::new(&bytes[..], std::path::Path::new("test"))
+        RecordingReader::new(std::io::Cursor::new(bytes), std::path::Path::new("test"))
             .expect("readable")
+    }
+
+    /// The memory records a capture wrote.
+    fn records(capture: Capture<Vec<u8>>) -> Vec<Record> {
+        written(capture)
             .filter(|r| matches!(r, Record::Alloc { .. } | Record::Realloc { .. }))
             .collect()
     }
@@ -753,15 +758,7 @@ mod tests {
 
     /// The frames of every stack a capture wrote, in order.
     fn stacks(capture: Capture<Vec<u8>>) -> Vec<Vec<u64>> {
-        let bytes = capture
-            .writer
-            .finish(Record::End {
-                ts: 0,
-                reason: EndReason::Finished,
-            })
-            .expect("finish");
-        RecordingReader::new(&bytes[..], std::path::Path::new("test"))
-            .expect("readable")
+        written(capture)
             .filter_map(|r| match r {
                 Record::Stack { frames, .. } => Some(frames),
                 _ => None,

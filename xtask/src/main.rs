@@ -9,6 +9,7 @@ mod preset_check;
 mod setup;
 mod shell;
 mod soak;
+mod svg;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

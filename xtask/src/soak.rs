@@ -287,15 +287,10 @@ fn chart(samples: &[Sample]) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15">Soak: probe RSS (red) and the server's heap (blue), MiB, over {:.0} s</text>"#,
-        t_max
+    let mut svg = crate::svg::open(
+        w,
+        h,
+        &format!("Soak: probe RSS (red) and the server's heap (blue), MiB, over {t_max:.0} s"),
     );
     let _ = writeln!(
         svg,

@@ -395,15 +395,13 @@ pub(super) fn bar_chart(p: &Value) -> String {
     let top = bars.iter().map(|b| b.1).fold(1.0, f64::max);
     let (width, row, left, right) = (760.0, 34.0, 130.0, 110.0);
     let height = 50.0 + row * bars.len() as f64;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15">ns per malloc(64)+free pair (median), {} pairs per run</text>"#,
-        p["n"]
+    let mut svg = crate::svg::open(
+        width,
+        height,
+        &format!(
+            "ns per malloc(64)+free pair (median), {} pairs per run",
+            p["n"]
+        ),
     );
     for (i, (name, ns)) in bars.iter().enumerate() {
         let y = 40.0 + row * i as f64;
@@ -565,14 +563,10 @@ pub(super) fn server_chart(server: &Value) -> Option<String> {
     let plot_h = height - top - bottom;
     let x = |v: f64| left + plot_w * v / max_x;
     let y = |v: f64| top + plot_h * (1.0 - (decade(v) - low_y) / (high_y - low_y));
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15">fixture-server under churn: median request latency by sessions/s reached</text>"#
+    let mut svg = crate::svg::open(
+        width,
+        height,
+        "fixture-server under churn: median request latency by sessions/s reached",
     );
     for i in 0..=4 {
         let vx = max_x * i as f64 / 4.0;
