@@ -666,14 +666,14 @@ fn render_server_programs(md: &mut String, p: &Value) {
     let ms = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
         md,
-        "Three more servers at {} sessions/s for {} s each: server CPU per session {:.2} ms with \
+        "Three more servers at {:.0} sessions/s for {} s each: server CPU per session {:.2} ms with \
          nothing attached, {:.2} ms with no-op programs at the probe's attach points (the uprobe \
          traps alone: `leakscope-probe attach --pid PID --bare`), {:.2} ms with the probe \
          (`leakscope-probe attach --pid PID --bpf-stats`). On this server the probe costs \
          **{:.2}x the floor**: a real server's allocations are made deep in async code, so each \
          stack walk copies more of the stack than in the pairs above. Per program, the \
          kernel's own timing:\n",
-        p["rate"],
+        p["rate"].as_f64().unwrap_or(f64::NAN),
         p["seconds"],
         ms("unprobed"),
         ms("floor"),
