@@ -152,12 +152,7 @@ pub async fn attach(
     header.rmcp_version = exe.crate_version("rmcp");
     let writer = RecordingWriter::create(&options.out, &header)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
-    let mut capture = Capture::new(writer).with_returning_scopes(
-        plan.scope_functions
-            .iter()
-            .filter(|function| function.returns)
-            .map(|function| function.kind),
-    );
+    let mut capture = Capture::new(writer);
     for mapping in &target.mappings {
         capture.writer.push(Record::Mapping(mapping.clone()))?;
     }

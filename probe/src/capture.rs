@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use leakscope_probe_ebpf::{
     AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER,
-    RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord, TRAMPOLINE_SLOT_MARK,
+    RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord, TRAMPOLINE_SLOT_MARK, split_scope,
 };
 
 use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId, monotonic_ns};
@@ -87,8 +87,6 @@ pub struct Capture<W: Write> {
     live: HashMap<u64, u64>,
     /// Per thread, allocator calls entered and not yet returned.
     in_progress: HashMap<u32, InProgress>,
-    /// Lifecycle functions that have a return probe, by [`ScopeKind`].
-    returning: [bool; ScopeKind::ALL.len()],
     /// Per thread, calls of those functions in progress, outermost first.
     pending_returns: HashMap<u32, Vec<PendingReturn>>,
     /// The target's `[uprobes]` mapping, once known (see [`crate::trampoline`]).
@@ -102,21 +100,10 @@ impl<W: Write> Capture<W> {
             writer,
             live: HashMap::new(),
             in_progress: HashMap::new(),
-            returning: [false; ScopeKind::ALL.len()],
             pending_returns: HashMap::new(),
             trampoline: None,
             stats: Stats::default(),
         }
-    }
-
-    /// The lifecycle functions that have a return probe: their entries'
-    /// return addresses replace the trampoline in the stacks recorded while
-    /// they run.
-    pub fn with_returning_scopes(mut self, kinds: impl IntoIterator<Item = ScopeKind>) -> Self {
-        for kind in kinds {
-            self.returning[kind as usize] = true;
-        }
-        self
     }
 
     /// Where the kernel's uretprobe trampoline is: from the moment the
@@ -310,7 +297,11 @@ impl<W: Write> Capture<W> {
     }
 
     fn scope(&mut self, record: &ScopeRecord) -> io::Result<()> {
-        let Some(kind) = ScopeKind::from_cookie(record.scope) else {
+        // A function with a return probe says so in every record (its
+        // probes' cookie): its entries' return addresses replace the
+        // trampoline in the stacks recorded while it runs.
+        let (kind, returns) = split_scope(record.scope);
+        let Some(kind) = ScopeKind::from_cookie(kind) else {
             return self.malformed();
         };
         let phase = if record.phase == PHASE_ENTER {
@@ -323,7 +314,7 @@ impl<W: Write> Capture<W> {
             (ScopeKind::WorkerDrop, Phase::Enter) => self.stats.workers_ended += 1,
             _ => {}
         }
-        if self.returning[kind as usize] {
+        if returns {
             self.track_return(record, phase);
         }
         self.stats.events += 1;
@@ -459,7 +450,7 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leakscope_probe_ebpf::PHASE_EXIT;
+    use leakscope_probe_ebpf::{PHASE_EXIT, scope_cookie};
     use leakscope_recording::{
         AllocLayer, EndReason, Header, Producer, RecordingReader, Settings, target::Target,
     };
@@ -766,14 +757,31 @@ mod tests {
             .collect()
     }
 
+    /// The kinds the tests' preset probes with a return probe.
+    const RETURNING: [ScopeKind; 2] = [ScopeKind::SessionCreate, ScopeKind::WorkerSpawn];
+
     fn scope(c: &mut Capture<Vec<u8>>, tid: u32, kind: ScopeKind, phase: u32, sp: u64, ret: u64) {
+        scope_probe(c, tid, kind, RETURNING.contains(&kind), phase, sp, ret);
+    }
+
+    /// A scope record from a function probed with (`returns`) or without a
+    /// return probe.
+    fn scope_probe(
+        c: &mut Capture<Vec<u8>>,
+        tid: u32,
+        kind: ScopeKind,
+        returns: bool,
+        phase: u32,
+        sp: u64,
+        ret: u64,
+    ) {
         let record = ScopeRecord {
             header: RecordHeader {
                 kind: RecordKind::Scope as u32,
                 tid,
                 ts_ns: 1,
             },
-            scope: kind as u32,
+            scope: scope_cookie(kind as u32, returns) as u32,
             phase,
             arg: 0,
             sp,
@@ -811,8 +819,7 @@ mod tests {
     }
 
     fn returning_capture() -> Capture<Vec<u8>> {
-        let mut c =
-            capture().with_returning_scopes([ScopeKind::SessionCreate, ScopeKind::WorkerSpawn]);
+        let mut c = capture();
         c.set_trampoline(TRAMPOLINE..TRAMPOLINE + 0x1000);
         c
     }
@@ -907,6 +914,32 @@ mod tests {
                 vec![0xa0, 0xc2, 0xa1, 0xc1, 0xa2],
                 vec![0xa0, 0xc2, 0xa1, 0xc1]
             ]
+        );
+    }
+
+    /// A preset may probe one kind's functions with and without a return
+    /// probe: only the calls that will return hide a return address, so only
+    /// they take a trampoline's place, however the kind is probed elsewhere.
+    #[test]
+    fn only_calls_with_a_return_probe_stand_for_trampolines() {
+        let mut c = returning_capture();
+        scope(&mut c, 3, ScopeKind::WorkerSpawn, PHASE_ENTER, 8000, 0xc2);
+        // The same kind, another function, entry only: nothing was hidden.
+        scope_probe(
+            &mut c,
+            3,
+            ScopeKind::WorkerSpawn,
+            false,
+            PHASE_ENTER,
+            7000,
+            0,
+        );
+        alloc_with_stack(&mut c, 3, 6000, &[0xa0, 0xa1, TRAMPOLINE, 0xa2]);
+        alloc_with_stack(&mut c, 3, 6000, &[0xa3, 0xa1, slot(8000), 0xa2]);
+        assert_eq!(c.stats.trampolines_unresolved, 0);
+        assert_eq!(
+            stacks(c),
+            vec![vec![0xa0, 0xa1, 0xc2, 0xa2], vec![0xa3, 0xa1, 0xc2, 0xa2]]
         );
     }
 }

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use leakscope_probe_ebpf::program;
+use leakscope_probe_ebpf::{program, scope_cookie};
 use leakscope_recording::preset::Preset;
 use leakscope_recording::target::Target;
 use leakscope_recording::{AllocLayer, ScopeFunction, ScopeKind};
@@ -33,7 +33,8 @@ pub struct Probe {
     pub path: PathBuf,
     /// File offset of the probed instruction.
     pub file_offset: u64,
-    /// For scope probes: the [`ScopeKind`] as the uprobe cookie.
+    /// For scope probes: the uprobe cookie ([`scope_cookie`]: the
+    /// [`ScopeKind`], and whether the function has a return probe).
     pub cookie: Option<u64>,
     /// Demangled function name, for messages.
     pub function: String,
@@ -49,15 +50,6 @@ pub struct Plan {
     pub missing_scopes: Vec<ScopeKind>,
     /// Every probed lifecycle function and where its code is.
     pub scope_functions: Vec<ScopeFunction>,
-}
-
-impl Plan {
-    pub fn scope_kinds(&self) -> impl Iterator<Item = ScopeKind> + '_ {
-        self.probes
-            .iter()
-            .filter_map(|p| p.cookie)
-            .filter_map(|c| ScopeKind::from_cookie(c as u32))
-    }
 }
 
 /// (entry program, return program or "" for none, function name)
@@ -261,7 +253,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     let matches = scope_matches(exe, preset);
     for found in &matches {
         for function in &found.functions {
-            let cookie = Some(found.kind as u64);
+            let cookie = Some(scope_cookie(found.kind as u32, found.returns));
             let entry_offset = if found.returns {
                 0
             } else {

@@ -236,7 +236,9 @@ impl Mapping {
 pub enum LostReason {
     /// The kernel ring buffer was full.
     RingFull,
-    /// The table of allocation calls in progress was full.
+    /// An allocation call's state was lost while it ran (the probe's slot for
+    /// a posix_memalign call was taken by another thread's), so its block is
+    /// not known.
     PendingFull,
     /// A stack could not be captured (the record was kept, without frames).
     Stack,
