@@ -183,8 +183,8 @@ impl Builder {
             Record::Lost { reason, count, .. } => {
                 *self.lost.entry(reason).or_default() += count;
                 // Lost records may include scope exits (a stack that could not be
-                // captured loses no record).
-                if reason != LostReason::Stack {
+                // captured, or a posix_memalign block not known, loses no record).
+                if !matches!(reason, LostReason::Stack | LostReason::PendingFull) {
                     self.sessions.forget_threads();
                 }
             }
@@ -491,6 +491,51 @@ mod tests {
         assert_eq!(session.retained, 100, "the task block outlived its worker");
         assert_eq!(timeline.categories[Category::Other].live_at_end, 107);
         assert_eq!(timeline.worker_ends_s, vec![2.0]);
+    }
+
+    /// A drop that may have taken a scope exit makes the threads' open windows
+    /// unknown; a block the probe could not learn (a posix_memalign whose
+    /// slot another thread took) takes no record, so the windows stand.
+    #[test]
+    fn only_losses_that_may_drop_scope_records_close_open_windows() {
+        let s = 1_000_000_000;
+        let allocated_after = |reason| {
+            let mut builder = Builder::new(Rules::builtin(), GRACE, s);
+            for record in [
+                scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
+                Record::Alloc {
+                    ts: s,
+                    tid: 1,
+                    addr: 0x1000,
+                    size: 100,
+                    stack: None,
+                },
+                Record::Lost {
+                    ts: s,
+                    reason,
+                    count: 1,
+                },
+                Record::Alloc {
+                    ts: s,
+                    tid: 1,
+                    addr: 0x2000,
+                    size: 20,
+                    stack: None,
+                },
+                scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
+                Record::End {
+                    ts: 10 * s,
+                    reason: EndReason::Finished,
+                },
+            ] {
+                builder.push(record);
+            }
+            let timeline = builder.finish(header(), Tail::Clean);
+            timeline.sessions.iter().map(|s| s.allocated).sum::<u64>()
+        };
+        assert_eq!(allocated_after(LostReason::PendingFull), 120);
+        assert_eq!(allocated_after(LostReason::Stack), 120);
+        assert_eq!(allocated_after(LostReason::RingFull), 100);
     }
 
     /// realloc frees its old block inside the call: another thread can be handed

@@ -237,8 +237,9 @@ pub struct FreeRecord {
     pub addr: u64,
 }
 
-/// Which lifecycle function a [`ScopeRecord`] is about. Values are the index of
-/// the function in the preset; userspace maps them to names.
+/// Which lifecycle function a [`ScopeRecord`] is about. Values are the scope
+/// kind's index (`leakscope_recording::ScopeKind`), which with
+/// [`SCOPE_RETURNS`] makes a probe's cookie; userspace maps them to names.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ScopeRecord {

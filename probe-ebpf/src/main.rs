@@ -49,8 +49,12 @@ mod programs {
     /// and delete more again at the return; an array's lookup is inlined by
     /// the verifier. Two threads share a slot only if their ids are equal
     /// modulo 16,384 and both are inside posix_memalign at once: the later
-    /// call takes the slot, the earlier one's return finds another thread's
-    /// id there and counts its block as lost (`pending-full`).
+    /// call takes the slot, and a return that finds another thread's id there
+    /// counts its block as lost (`pending-full`). A return that finds the
+    /// slot empty counts nothing: its entry ran before the programs attached
+    /// or after they began to detach (in any order), or it is nested in a
+    /// call of its own thread (a signal handler's), which the capture would
+    /// not record anyway.
     #[map]
     static MEMPTR: Array<PendingMemptr> = Array::with_max_entries(MEMPTR_SLOTS, 0);
 
@@ -501,15 +505,18 @@ mod programs {
     pub fn posix_memalign_exit(ctx: RetProbeContext) -> u32 {
         let tid = bpf_get_current_pid_tgid() as u32 as u64;
         let mut memptr = None;
+        let mut taken = false;
         if let Some(slot) = MEMPTR.get_ptr_mut(tid as u32 & (MEMPTR_SLOTS - 1)) {
             // SAFETY: a valid slot of an array map.
             unsafe {
                 let (owner, value, check) = ((*slot).tid, (*slot).memptr, (*slot).check);
                 if owner == tid {
                     (*slot).tid = 0;
-                    if check == memptr_check(tid, value) {
-                        memptr = Some(value);
-                    }
+                }
+                if owner == tid && check == memptr_check(tid, value) {
+                    memptr = Some(value);
+                } else {
+                    taken = owner != 0;
                 }
             }
         }
@@ -519,10 +526,9 @@ mod programs {
             Some(memptr) if status == 0 => {
                 unsafe { bpf_probe_read_user(memptr as *const u64) }.unwrap_or(0)
             }
-            Some(_) => 0,
-            None => {
+            _ => {
                 // Another thread's call took the slot: the block is not known.
-                if status == 0 {
+                if taken && status == 0 {
                     count_lost(LostReason::PendingFull);
                 }
                 0

@@ -365,6 +365,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_scope_cookie_carries_its_kind_and_whether_it_returns() {
+        for kind in ScopeKind::ALL {
+            for returns in [false, true] {
+                let (index, back) =
+                    leakscope_probe_ebpf::split_scope(scope_cookie(kind as u32, returns) as u32);
+                assert_eq!(ScopeKind::from_cookie(index), Some(kind));
+                assert_eq!(back, returns);
+            }
+        }
+    }
+
+    #[test]
     fn free_is_attached_before_any_allocation_probe() {
         let at = |program| Probe {
             program,

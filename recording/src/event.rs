@@ -147,7 +147,8 @@ pub struct ScopeFunction {
 
 /// The rmcp lifecycle functions a [`Record::Scope`] can be about.
 ///
-/// The discriminants are the eBPF uprobe cookies; keep them stable.
+/// The discriminants are the eBPF uprobe cookies (with the probe's
+/// `SCOPE_RETURNS` flag on top); keep them stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScopeKind {

@@ -343,6 +343,17 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value 
         pairs_json["bcc_memleak_vs_floor"] = json!(ratio);
         pairs_json["bcc_memleak_vs_floor_spread"] = json!(spread);
     }
+    // The tools' own work, past the traps both pay: what each one's programs
+    // and reader cost. Rounds where leakscope measured at or below the floor
+    // (noise) have no ratio.
+    if let Some((ratio, spread)) = per_round(&|r| {
+        let floor = sample("floor", r)?;
+        let ours = sample("leakscope", r)? - floor;
+        (ours > 0.0).then_some((sample("bcc_memleak", r)? - floor) / ours)
+    }) {
+        pairs_json["bcc_memleak_own_vs_leakscope_own"] = json!(ratio);
+        pairs_json["bcc_memleak_own_vs_leakscope_own_spread"] = json!(spread);
+    }
     pairs_json["leakscope_programs"] = json!(
         programs
             .iter()

@@ -199,6 +199,14 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
                      would be {ceiling:.1}x cheaper than bcc memleak, no more."
                 );
             }
+            if let Some(own) = p["bcc_memleak_own_vs_leakscope_own"].as_f64() {
+                let _ = writeln!(
+                    md,
+                    "Past the traps both pay, bcc memleak's own work costs **{own:.1}x** \
+                     leakscope's{}.",
+                    spread_of(&p["bcc_memleak_own_vs_leakscope_own_spread"])
+                );
+            }
         }
         None => {
             let _ = writeln!(
