@@ -433,36 +433,29 @@ mod tests {
         }
     }
 
+    /// A block allocated without a stack.
+    fn alloc(ts: u64, tid: u32, addr: u64, size: u64) -> Record {
+        Record::Alloc {
+            ts,
+            tid,
+            addr,
+            size,
+            stack: None,
+        }
+    }
+
     #[test]
     fn polls_and_worker_end_are_linked_by_containment() {
         let s = 1_000_000_000;
         let records = vec![
             scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
-            Record::Alloc {
-                ts: s,
-                tid: 1,
-                addr: 0x1000,
-                size: 100,
-                stack: None,
-            },
+            alloc(s, 1, 0x1000, 100),
             scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
             // Not in the window: belongs to no session.
-            Record::Alloc {
-                ts: s,
-                tid: 1,
-                addr: 0x9000,
-                size: 7,
-                stack: None,
-            },
+            alloc(s, 1, 0x9000, 7),
             // A poll on another thread whose argument points inside the task block.
             scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010),
-            Record::Alloc {
-                ts: 2 * s,
-                tid: 2,
-                addr: 0x2000,
-                size: 50,
-                stack: None,
-            },
+            alloc(2 * s, 2, 0x2000, 50),
             scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Exit, 0),
             scope(3 * s, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1020),
             Record::Free {
@@ -503,25 +496,13 @@ mod tests {
             let mut builder = Builder::new(Rules::builtin(), GRACE, s);
             for record in [
                 scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
-                Record::Alloc {
-                    ts: s,
-                    tid: 1,
-                    addr: 0x1000,
-                    size: 100,
-                    stack: None,
-                },
+                alloc(s, 1, 0x1000, 100),
                 Record::Lost {
                     ts: s,
                     reason,
                     count: 1,
                 },
-                Record::Alloc {
-                    ts: s,
-                    tid: 1,
-                    addr: 0x2000,
-                    size: 20,
-                    stack: None,
-                },
+                alloc(s, 1, 0x2000, 20),
                 scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
                 Record::End {
                     ts: 10 * s,
@@ -544,21 +525,9 @@ mod tests {
     #[test]
     fn a_reused_address_is_not_freed_by_a_late_realloc() {
         let records = vec![
-            Record::Alloc {
-                ts: 10,
-                tid: 1,
-                addr: 0x100,
-                size: 64,
-                stack: None,
-            },
+            alloc(10, 1, 0x100, 64),
             // Thread 2 gets 0x100 at ts 30, after thread 1's realloc began (20)...
-            Record::Alloc {
-                ts: 30,
-                tid: 2,
-                addr: 0x100,
-                size: 32,
-                stack: None,
-            },
+            alloc(30, 2, 0x100, 32),
             // ...and thread 1's realloc (entered at 20) is recorded at 40.
             Record::Realloc {
                 ts: 40,
