@@ -502,6 +502,14 @@ mod tests {
         enter_at(c, tid, sp, sp, 0, call, size, old);
     }
 
+    fn header(kind: RecordKind, tid: u32, ts_ns: u64) -> RecordHeader {
+        RecordHeader {
+            kind: kind as u32,
+            tid,
+            ts_ns,
+        }
+    }
+
     /// `drops`: records the ring buffer had dropped when it was entered.
     #[allow(clippy::too_many_arguments)]
     fn enter_at(
@@ -515,11 +523,7 @@ mod tests {
         old: u64,
     ) {
         let record = AllocEnterRecord {
-            header: RecordHeader {
-                kind: RecordKind::AllocEnter as u32,
-                tid,
-                ts_ns: at,
-            },
+            header: header(RecordKind::AllocEnter, tid, at),
             call: call as u32,
             _pad: 0,
             size,
@@ -543,11 +547,7 @@ mod tests {
         addr: u64,
     ) {
         let record = AllocExitRecord {
-            header: RecordHeader {
-                kind: RecordKind::AllocExit as u32,
-                tid,
-                ts_ns: at,
-            },
+            header: header(RecordKind::AllocExit, tid, at),
             call: call as u32,
             _pad: 0,
             addr,
@@ -776,11 +776,7 @@ mod tests {
         ret: u64,
     ) {
         let record = ScopeRecord {
-            header: RecordHeader {
-                kind: RecordKind::Scope as u32,
-                tid,
-                ts_ns: 1,
-            },
+            header: header(RecordKind::Scope, tid, 1),
             scope: scope_cookie(kind as u32, returns) as u32,
             phase,
             arg: 0,
@@ -796,11 +792,7 @@ mod tests {
         let mut stack = [0; MAX_STACK_DEPTH];
         stack[..frames.len()].copy_from_slice(frames);
         let record = AllocExitRecord {
-            header: RecordHeader {
-                kind: RecordKind::AllocExit as u32,
-                tid,
-                ts_ns: entry_sp + 1,
-            },
+            header: header(RecordKind::AllocExit, tid, entry_sp + 1),
             call: AllocCall::Malloc as u32,
             _pad: 0,
             addr: 0x5000 + entry_sp,
