@@ -420,6 +420,7 @@ mod tests {
                 scope_functions: vec![],
                 notes: vec![],
             },
+            frame_pointers: leakscope_recording::FramePointers::Unknown,
         }
     }
 

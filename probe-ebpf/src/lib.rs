@@ -18,7 +18,9 @@ pub mod program {
     pub const MALLOC_ENTER: &str = "malloc_enter";
     pub const CALLOC_ENTER: &str = "calloc_enter";
     pub const REALLOC_ENTER: &str = "realloc_enter";
+    pub const RUST_ALLOC_ENTER: &str = "rust_alloc_enter";
     pub const RUST_REALLOC_ENTER: &str = "rust_realloc_enter";
+    pub const RUST_DEALLOC_ENTER: &str = "rust_dealloc_enter";
     pub const POSIX_MEMALIGN_ENTER: &str = "posix_memalign_enter";
     pub const ALIGNED_ALLOC_ENTER: &str = "aligned_alloc_enter";
     pub const MALLOC_EXIT: &str = "malloc_exit";
@@ -31,11 +33,13 @@ pub mod program {
     pub const NOOP_EXIT: &str = "noop_exit";
 
     /// Every program of the object.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 16] = [
         MALLOC_ENTER,
         CALLOC_ENTER,
         REALLOC_ENTER,
+        RUST_ALLOC_ENTER,
         RUST_REALLOC_ENTER,
+        RUST_DEALLOC_ENTER,
         POSIX_MEMALIGN_ENTER,
         ALIGNED_ALLOC_ENTER,
         MALLOC_EXIT,
@@ -132,12 +136,17 @@ pub enum RecordKind {
     /// [`AllocEnterRecord`]: an allocation function was entered (malloc, calloc,
     /// realloc, aligned_alloc, posix_memalign or a Rust alloc shim).
     AllocEnter = 1,
-    /// [`FreeRecord`]: free or a Rust dealloc shim.
+    /// [`FreeRecord`]: free (the libc layer).
     Free = 2,
     /// [`AllocExitRecord`]: an allocation function returned.
     AllocExit = 3,
     /// [`ScopeRecord`]: entry or return of an rmcp lifecycle function.
     Scope = 4,
+    /// [`FreeRecord`]: `__rust_dealloc`, the Rust layer. Told apart from
+    /// [`RecordKind::Free`] because a `#[global_allocator]` that wraps
+    /// `System` calls libc's `free` inside it: when both layers are probed,
+    /// that inner free is the same block going back (see [`ALLOC_FLAG_RUST`]).
+    RustFree = 5,
 }
 
 impl RecordKind {
@@ -147,6 +156,7 @@ impl RecordKind {
             2 => Self::Free,
             3 => Self::AllocExit,
             4 => Self::Scope,
+            5 => Self::RustFree,
             _ => return None,
         })
     }
@@ -184,7 +194,8 @@ pub struct AllocEnterRecord {
     pub header: RecordHeader,
     /// An [`AllocCall`].
     pub call: u32,
-    pub _pad: u32,
+    /// [`ALLOC_FLAG_RUST`] or 0.
+    pub flags: u32,
     /// Bytes asked for (calloc: count times size).
     pub size: u64,
     /// realloc: the block being resized.
@@ -225,6 +236,18 @@ pub struct AllocExitRecord {
     /// User return addresses, innermost first (the allocator's caller is first).
     pub stack: [u64; MAX_STACK_DEPTH],
 }
+
+/// Set in [`AllocEnterRecord::flags`] by the entries of the Rust allocator
+/// shims (`__rust_alloc`, `__rust_alloc_zeroed`, `__rust_realloc`).
+///
+/// Why userspace needs to know the layer: a process with its own
+/// `#[global_allocator]` has its Rust allocations probed at the shims and its
+/// C allocations at libc's malloc family. A wrapper around `System` reaches
+/// libc from inside a shim: the nested allocation is dropped as any nested
+/// call is, and so is a libc `free` made while a shim call is open on its
+/// thread (an allocator's realloc moving the block), which only this flag
+/// tells from a free made between allocator calls.
+pub const ALLOC_FLAG_RUST: u32 = 1;
 
 /// A return's stack pointer minus its entry's: `ret` pops the return address.
 pub const RETURN_SP_OFFSET: u64 = 8;

@@ -29,9 +29,9 @@ mod programs {
     use aya_ebpf::maps::{Array, PerCpuArray, RingBuf};
     use aya_ebpf::programs::{ProbeContext, RetProbeContext};
     use leakscope_probe_ebpf::{
-        AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, LOST_REASONS, LostReason,
-        MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind, SCOPE_RETURNS,
-        STACK_WINDOW_BYTES, ScopeRecord, TRAMPOLINE_SLOT_MARK, trampoline,
+        ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, LOST_REASONS,
+        LostReason, MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind,
+        SCOPE_RETURNS, STACK_WINDOW_BYTES, ScopeRecord, TRAMPOLINE_SLOT_MARK, trampoline,
     };
 
     /// Records to userspace. Sized by the loader (`--ring-buffer`).
@@ -188,13 +188,13 @@ mod programs {
 
     /// Sends an allocation call's entry: its arguments.
     #[inline(always)]
-    fn send_enter(ctx: &ProbeContext, call: AllocCall, size: u64, ptr_arg: u64) {
+    fn send_enter(ctx: &ProbeContext, call: AllocCall, flags: u32, size: u64, ptr_arg: u64) {
         match EVENTS.reserve::<AllocEnterRecord>(0) {
             Some(mut entry) => {
                 entry.write(AllocEnterRecord {
                     header: header_at(RecordKind::AllocEnter, entry_time(call)),
                     call: call as u32,
-                    _pad: 0,
+                    flags,
                     size,
                     ptr_arg,
                     sp: sp(ctx.regs),
@@ -417,7 +417,26 @@ mod programs {
 
     #[uprobe]
     pub fn malloc_enter(ctx: ProbeContext) -> u32 {
-        send_enter(&ctx, AllocCall::Malloc, ctx.arg::<u64>(0).unwrap_or(0), 0);
+        send_enter(
+            &ctx,
+            AllocCall::Malloc,
+            0,
+            ctx.arg::<u64>(0).unwrap_or(0),
+            0,
+        );
+        0
+    }
+
+    /// `__rust_alloc(size, align)` and `__rust_alloc_zeroed(size, align)`.
+    #[uprobe]
+    pub fn rust_alloc_enter(ctx: ProbeContext) -> u32 {
+        send_enter(
+            &ctx,
+            AllocCall::Malloc,
+            ALLOC_FLAG_RUST,
+            ctx.arg::<u64>(0).unwrap_or(0),
+            0,
+        );
         0
     }
 
@@ -425,7 +444,7 @@ mod programs {
     pub fn calloc_enter(ctx: ProbeContext) -> u32 {
         let count = ctx.arg::<u64>(0).unwrap_or(0);
         let each = ctx.arg::<u64>(1).unwrap_or(0);
-        send_enter(&ctx, AllocCall::Calloc, count.wrapping_mul(each), 0);
+        send_enter(&ctx, AllocCall::Calloc, 0, count.wrapping_mul(each), 0);
         0
     }
 
@@ -435,6 +454,7 @@ mod programs {
         send_enter(
             &ctx,
             AllocCall::Realloc,
+            0,
             ctx.arg::<u64>(1).unwrap_or(0),
             old,
         );
@@ -448,6 +468,7 @@ mod programs {
         send_enter(
             &ctx,
             AllocCall::Realloc,
+            ALLOC_FLAG_RUST,
             ctx.arg::<u64>(3).unwrap_or(0),
             old,
         );
@@ -470,6 +491,7 @@ mod programs {
         send_enter(
             &ctx,
             AllocCall::PosixMemalign,
+            0,
             ctx.arg::<u64>(2).unwrap_or(0),
             memptr,
         );
@@ -482,6 +504,7 @@ mod programs {
         send_enter(
             &ctx,
             AllocCall::AlignedAlloc,
+            0,
             ctx.arg::<u64>(1).unwrap_or(0),
             0,
         );
@@ -538,25 +561,36 @@ mod programs {
         0
     }
 
-    /// `free(ptr)` and `__rust_dealloc(ptr, ..)`. May be attached past free's NULL
-    /// check (see the probe's attach-offset decoding); `ptr` is still in rdi there.
+    /// `free(ptr)`. May be attached past free's NULL check (see the probe's
+    /// attach-offset decoding); `ptr` is still in rdi there.
     #[uprobe]
     pub fn free_enter(ctx: ProbeContext) -> u32 {
-        let addr = ctx.arg::<u64>(0).unwrap_or(0);
+        send_free(RecordKind::Free, ctx.arg::<u64>(0).unwrap_or(0));
+        0
+    }
+
+    /// `__rust_dealloc(ptr, size, align)`.
+    #[uprobe]
+    pub fn rust_dealloc_enter(ctx: ProbeContext) -> u32 {
+        send_free(RecordKind::RustFree, ctx.arg::<u64>(0).unwrap_or(0));
+        0
+    }
+
+    #[inline(always)]
+    fn send_free(kind: RecordKind, addr: u64) {
         if addr == 0 {
-            return 0;
+            return;
         }
         match EVENTS.reserve::<FreeRecord>(0) {
             Some(mut entry) => {
                 entry.write(FreeRecord {
-                    header: header(RecordKind::Free),
+                    header: header(kind),
                     addr,
                 });
                 entry.submit(RB_FLAGS);
             }
             None => count_lost(LostReason::RingFull),
         }
-        0
     }
 
     #[inline(always)]

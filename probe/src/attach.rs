@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use leakscope_probe_ebpf::{LOST_REASONS, LostReason, MAX_STACK_DEPTH, program};
+use leakscope_recording::frame_pointers::{self, FramePointers};
 use leakscope_recording::preset::Preset;
-use leakscope_recording::target::{Target, exe_identity, is_alive};
+use leakscope_recording::target::{Target, cpu_ticks, exe_identity, is_alive};
 use leakscope_recording::{
     EndReason, Header, Producer, Record, RecordingWriter, Settings, monotonic_ns,
 };
@@ -32,6 +33,10 @@ const DRAIN_EVERY: Duration = Duration::from_millis(20);
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// How often drop counters, progress and the target's liveness are checked.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// After this long attached with no allocation or free recorded while the
+/// target used CPU, the probe says what it probed: the process allocates
+/// through something it did not find.
+const SILENCE_AFTER: Duration = Duration::from_secs(5);
 /// Records handled per drain tick at most: a target producing events as fast as
 /// they are read must not starve the signal, deadline and liveness checks.
 const DRAIN_BATCH: usize = 1 << 16;
@@ -150,9 +155,18 @@ pub async fn attach(
     );
     // The symbols are in memory already: no need to read the executable again.
     header.rmcp_version = exe.crate_version("rmcp");
+    header.frame_pointers = exe.frame_pointers();
+    if header.frame_pointers == FramePointers::Omitted {
+        on_event(AttachEvent::Warning(format!(
+            "{} was built without frame pointers: its allocation stacks will stop after a frame or two (sessions and totals are unaffected); rebuild it with {} for full stacks",
+            target.exe,
+            frame_pointers::FIX
+        )));
+    }
     let writer = RecordingWriter::create(&options.out, &header)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
     let mut capture = Capture::new(writer);
+    capture.set_frame_pointers(header.frame_pointers);
     for mapping in &target.mappings {
         capture.writer.push(Record::Mapping(mapping.clone()))?;
     }
@@ -211,6 +225,7 @@ pub async fn attach(
         &mut capture,
         &mut stop_signals,
         &options,
+        &plan.allocator_functions,
         &mut lost_seen,
         &mut on_event,
     )
@@ -275,6 +290,7 @@ async fn record_until_stopped<W: Write>(
     capture: &mut Capture<W>,
     signals: &mut StopSignals,
     options: &AttachOptions,
+    allocator: &[String],
     lost_seen: &mut LostCounters,
     on_event: &mut impl FnMut(AttachEvent<'_>),
 ) -> Result<EndReason> {
@@ -288,6 +304,8 @@ async fn record_until_stopped<W: Write>(
     let mut last = (Instant::now(), 0u64);
     let program = exe_identity(options.pid);
     let mut trampoline_known = false;
+    let attached_at = (Instant::now(), cpu_ticks(options.pid));
+    let mut silence_checked = options.bare;
     loop {
         tokio::select! {
             _ = signals.interrupt.recv() => return Ok(EndReason::Interrupted),
@@ -317,6 +335,21 @@ async fn record_until_stopped<W: Write>(
                 let rate = (stats.events - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), stats.events);
                 on_event(AttachEvent::Progress { stats: &stats, events_per_s: rate });
+                if !silence_checked && attached_at.0.elapsed() >= SILENCE_AFTER {
+                    silence_checked = true;
+                    let ran = match (attached_at.1, cpu_ticks(options.pid)) {
+                        (Some(before), Some(now)) => now > before,
+                        _ => false,
+                    };
+                    if ran && stats.allocs == 0 && stats.frees == 0 {
+                        on_event(AttachEvent::Warning(format!(
+                            "no allocation went through the probed allocator in {} s while pid {} ran: probed {}; the process allocates through something else, so this recording will show nothing",
+                            SILENCE_AFTER.as_secs(),
+                            options.pid,
+                            allocator.join(", ")
+                        )));
+                    }
+                }
                 if !is_alive(options.pid) {
                     return Ok(EndReason::TargetExited);
                 }

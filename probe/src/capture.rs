@@ -13,6 +13,13 @@
 //! well, nor with the wrong size. The ring buffer keeps one thread's records in
 //! order, so the pairing needs no timestamps; when the ring buffer dropped one
 //! of a pair (counted as lost in the kernel), the other is dropped here.
+//!
+//! A process with its own `#[global_allocator]` is probed at two layers, the
+//! Rust shims and libc (see the plan). A global allocator that wraps `System`
+//! calls libc inside a shim: the nested allocation is dropped as above, and a
+//! libc `free` is dropped when it is the same block a `__rust_dealloc` just
+//! gave back on that thread (its next record), or when it is made inside an
+//! open shim call (a wrapper's realloc moving the block).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -20,8 +27,9 @@ use std::mem::size_of;
 use std::ops::Range;
 
 use leakscope_probe_ebpf::{
-    AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, MAX_STACK_DEPTH, PHASE_ENTER,
-    RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord, TRAMPOLINE_SLOT_MARK, split_scope,
+    ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, MAX_STACK_DEPTH,
+    PHASE_ENTER, RETURN_SP_OFFSET, RecordHeader, RecordKind, ScopeRecord, TRAMPOLINE_SLOT_MARK,
+    split_scope,
 };
 
 use leakscope_recording::{Phase, Record, RecordingWriter, ScopeKind, StackId, monotonic_ns};
@@ -43,7 +51,8 @@ pub struct Stats {
     /// Stacks cut short at a uretprobe trampoline whose call's entry (and so
     /// its real return address) was not seen: a dropped record, a call that
     /// began while the probes were being attached, or another tool's
-    /// uretprobe on the target.
+    /// uretprobe on the target. Not counted for an executable built without
+    /// frame pointers, whose walks past the first frame read stale stack.
     pub trampolines_unresolved: u64,
 }
 
@@ -89,8 +98,16 @@ pub struct Capture<W: Write> {
     in_progress: HashMap<u32, InProgress>,
     /// Per thread, calls of those functions in progress, outermost first.
     pending_returns: HashMap<u32, Vec<PendingReturn>>,
+    /// Per thread, the block its last record gave back through `__rust_dealloc`:
+    /// a libc `free` of the same block next is the global allocator passing
+    /// the free on, not a second free.
+    rust_freed: HashMap<u32, u64>,
     /// The target's `[uprobes]` mapping, once known (see [`crate::trampoline`]).
     trampoline: Option<Range<u64>>,
+    /// The executable was built without frame pointers: its stacks are walked
+    /// through whatever `rbp` holds, and a trampoline address found that way
+    /// (a stale copy in dead stack) says nothing about lost records.
+    frame_pointers_omitted: bool,
     pub stats: Stats,
 }
 
@@ -101,7 +118,9 @@ impl<W: Write> Capture<W> {
             live: HashMap::new(),
             in_progress: HashMap::new(),
             pending_returns: HashMap::new(),
+            rust_freed: HashMap::new(),
             trampoline: None,
+            frame_pointers_omitted: false,
             stats: Stats::default(),
         }
     }
@@ -113,13 +132,26 @@ impl<W: Write> Capture<W> {
         self.trampoline = Some(region);
     }
 
+    /// What the executable's code says of its frame pointers (see
+    /// [`Stats::trampolines_unresolved`]).
+    pub fn set_frame_pointers(&mut self, frame_pointers: leakscope_recording::FramePointers) {
+        self.frame_pointers_omitted = frame_pointers == leakscope_recording::FramePointers::Omitted;
+    }
+
     /// Decodes one ring-buffer record and appends what it says.
     pub fn handle(&mut self, bytes: &[u8]) -> io::Result<()> {
         let Some(header) = read::<RecordHeader>(bytes) else {
             self.stats.malformed += 1;
             return Ok(());
         };
-        match RecordKind::from_u32(header.kind) {
+        let kind = RecordKind::from_u32(header.kind);
+        // What a thread's `__rust_dealloc` gave back matters to its next record only.
+        let rust_freed = if self.rust_freed.is_empty() {
+            None
+        } else {
+            self.rust_freed.remove(&header.tid)
+        };
+        match kind {
             Some(RecordKind::AllocEnter) => match read::<AllocEnterRecord>(bytes) {
                 Some(enter) => {
                     self.enter(enter);
@@ -132,7 +164,18 @@ impl<W: Write> Capture<W> {
                 None => self.malformed(),
             },
             Some(RecordKind::Free) => match read::<FreeRecord>(bytes) {
+                Some(free) if self.passed_on_by_rust(&free, rust_freed) => Ok(()),
                 Some(free) => self.free(&free),
+                None => self.malformed(),
+            },
+            Some(RecordKind::RustFree) => match read::<FreeRecord>(bytes) {
+                Some(free) => {
+                    if self.rust_freed.len() >= MAX_THREADS_IN_PROGRESS {
+                        self.rust_freed.clear();
+                    }
+                    self.rust_freed.insert(free.header.tid, free.addr);
+                    self.free(&free)
+                }
                 None => self.malformed(),
             },
             Some(RecordKind::Scope) => match read::<ScopeRecord>(bytes) {
@@ -283,6 +326,22 @@ impl<W: Write> Capture<W> {
         self.stats.live_bytes += size;
     }
 
+    /// Whether a libc `free` is the global allocator's own, made for a Rust
+    /// shim call already recorded: the block `__rust_dealloc` just gave back
+    /// on this thread (`rust_freed`), or a free inside a shim call still open
+    /// on it (a realloc that moved the block).
+    fn passed_on_by_rust(&self, free: &FreeRecord, rust_freed: Option<u64>) -> bool {
+        if rust_freed == Some(free.addr) {
+            return true;
+        }
+        self.in_progress.get(&free.header.tid).is_some_and(|calls| {
+            calls.iter().any(|open| {
+                open.flags & ALLOC_FLAG_RUST != 0
+                    && free.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS
+            })
+        })
+    }
+
     fn free(&mut self, record: &FreeRecord) -> io::Result<()> {
         self.stats.frees += 1;
         if let Some(size) = self.live.remove(&record.addr) {
@@ -430,7 +489,7 @@ impl<W: Write> Capture<W> {
                 }
             }
         }
-        if kept < frames.len() {
+        if kept < frames.len() && !self.frame_pointers_omitted {
             self.stats.trampolines_unresolved += 1;
         }
         kept
@@ -502,6 +561,11 @@ mod tests {
         enter_at(c, tid, sp, sp, 0, call, size, old);
     }
 
+    /// The entry of a Rust allocator shim.
+    fn enter_rust(c: &mut Capture<Vec<u8>>, tid: u32, sp: u64, call: AllocCall, size: u64) {
+        enter_flagged(c, tid, sp, sp, 0, ALLOC_FLAG_RUST, call, size, 0);
+    }
+
     fn header(kind: RecordKind, tid: u32, ts_ns: u64) -> RecordHeader {
         RecordHeader {
             kind: kind as u32,
@@ -522,10 +586,25 @@ mod tests {
         size: u64,
         old: u64,
     ) {
+        enter_flagged(c, tid, sp, at, drops, 0, call, size, old);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enter_flagged(
+        c: &mut Capture<Vec<u8>>,
+        tid: u32,
+        sp: u64,
+        at: u64,
+        drops: u64,
+        flags: u32,
+        call: AllocCall,
+        size: u64,
+        old: u64,
+    ) {
         let record = AllocEnterRecord {
             header: header(RecordKind::AllocEnter, tid, at),
             call: call as u32,
-            _pad: 0,
+            flags,
             size,
             ptr_arg: old,
             sp,
@@ -576,6 +655,66 @@ mod tests {
             ] => {}
             other => panic!("{other:?}"),
         }
+    }
+
+    fn free(c: &mut Capture<Vec<u8>>, kind: RecordKind, tid: u32, addr: u64) {
+        let record = FreeRecord {
+            header: header(kind, tid, 10),
+            addr,
+        };
+        c.handle(&bytes_of(&record)).unwrap();
+    }
+
+    /// Both layers probed: a global allocator wrapping `System` passes each
+    /// call on to libc. The libc calls made inside a shim are that call;
+    /// a libc call of the thread's own, between shim calls, is recorded.
+    #[test]
+    fn a_global_allocator_passing_calls_on_to_libc_counts_each_once() {
+        let mut c = capture();
+        // __rust_alloc -> malloc.
+        enter_rust(&mut c, 1, 1000, AllocCall::Malloc, 40);
+        enter(&mut c, 1, 900, AllocCall::Malloc, 40, 0);
+        exit(&mut c, 1, 900, AllocCall::Malloc, 0x100);
+        exit(&mut c, 1, 1000, AllocCall::Malloc, 0x100);
+        // __rust_realloc moving the block: malloc + free inside.
+        enter_flagged(
+            &mut c,
+            1,
+            1000,
+            1000,
+            0,
+            ALLOC_FLAG_RUST,
+            AllocCall::Realloc,
+            80,
+            0x100,
+        );
+        enter(&mut c, 1, 900, AllocCall::Malloc, 80, 0);
+        exit(&mut c, 1, 900, AllocCall::Malloc, 0x200);
+        free(&mut c, RecordKind::Free, 1, 0x100);
+        exit(&mut c, 1, 1000, AllocCall::Realloc, 0x200);
+        // __rust_dealloc -> free of the same block: one free.
+        free(&mut c, RecordKind::RustFree, 1, 0x200);
+        free(&mut c, RecordKind::Free, 1, 0x200);
+        // C code's own malloc and free on the same thread.
+        enter(&mut c, 1, 1000, AllocCall::Malloc, 8, 0);
+        exit(&mut c, 1, 1000, AllocCall::Malloc, 0x300);
+        free(&mut c, RecordKind::RustFree, 2, 0x400);
+        free(&mut c, RecordKind::Free, 1, 0x300);
+        // A libc free that is not the block the Rust free gave back.
+        free(&mut c, RecordKind::RustFree, 1, 0x500);
+        free(&mut c, RecordKind::Free, 1, 0x600);
+        assert_eq!((c.stats.unpaired, c.stats.lost), (0, 0));
+        let (mut allocs, mut frees) = (Vec::new(), Vec::new());
+        for record in written(c) {
+            match record {
+                Record::Alloc { addr, size, .. } => allocs.push((addr, size)),
+                Record::Realloc { old, new, size, .. } => allocs.push((old + new, size)),
+                Record::Free { addr, .. } => frees.push(addr),
+                _ => {}
+            }
+        }
+        assert_eq!(allocs, [(0x100, 40), (0x100 + 0x200, 80), (0x300, 8)]);
+        assert_eq!(frees, [0x200, 0x400, 0x300, 0x500, 0x600]);
     }
 
     #[test]

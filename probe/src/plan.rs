@@ -1,14 +1,19 @@
 //! The attach plan: which eBPF program goes on which function, at which offset.
 //!
-//! Allocations are probed on exactly one layer, chosen here and written into the
-//! recording header with the reason:
+//! Allocations are probed where the process makes them, chosen here and written
+//! into the recording header with the reason:
 //! * **libc** (default): the target calls a libc `malloc` (Rust's default `System`
 //!   allocator does, through `__rdl_alloc`, and so does C code). Rust's allocation
 //!   passes through `__rust_alloc` *and* `malloc`; probing libc alone counts it once
 //!   and also sees C allocations.
-//! * **Rust shims**: the binary has its own `#[global_allocator]` (`__rg_alloc`), so
-//!   libc would miss most allocations; we probe `__rust_alloc` and friends instead,
-//!   under either spelling rustc has used (`__rustc::__rust_alloc`, `__rust_alloc`).
+//! * **Rust shims and libc**: the binary has its own `#[global_allocator]`
+//!   (jemalloc, mimalloc, a wrapper): its `__rust_alloc` does not go to std's
+//!   `__rdl_alloc` ([`rust_allocator`] reads the shim's code; rustc 1.95's
+//!   release builds emit no `__rg_alloc` to look for). Rust allocations never
+//!   reach libc then, so the shims (`__rustc::__rust_alloc` and friends, local
+//!   symbols) are probed, and libc's malloc family too for the C code. A
+//!   wrapper around `System` calls libc from inside a shim: the capture keeps
+//!   a thread's outermost call only, so each allocation counts once.
 //! * **A malloc replacement**: a library other than libc that defines `malloc`
 //!   (jemalloc, mimalloc, tcmalloc; `LD_PRELOAD`ed or linked) serves `malloc`
 //!   instead of libc, so its malloc family is the one probed.
@@ -16,6 +21,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use iced_x86::{Decoder, DecoderOptions, FlowControl};
 use leakscope_probe_ebpf::{program, scope_cookie};
 use leakscope_recording::preset::Preset;
 use leakscope_recording::target::Target;
@@ -43,6 +49,9 @@ pub struct Probe {
 pub struct Plan {
     pub layer: AllocLayer,
     pub layer_reason: String,
+    /// The allocator functions probed, as "function (file)", for messages
+    /// (what to name when nothing goes through them).
+    pub allocator_functions: Vec<String>,
     pub probes: Vec<Probe>,
     /// "kind: function" for each probed lifecycle function.
     pub scopes: Vec<String>,
@@ -79,9 +88,13 @@ const LIBC_HOOKS: &[AllocHook] = &[
 
 /// Without their `__rustc::` prefix: see [`RUST_SHIM_SPELLINGS`].
 const RUST_HOOKS: &[AllocHook] = &[
-    (program::MALLOC_ENTER, program::MALLOC_EXIT, "__rust_alloc"),
     (
-        program::MALLOC_ENTER,
+        program::RUST_ALLOC_ENTER,
+        program::MALLOC_EXIT,
+        "__rust_alloc",
+    ),
+    (
+        program::RUST_ALLOC_ENTER,
         program::MALLOC_EXIT,
         "__rust_alloc_zeroed",
     ),
@@ -90,26 +103,73 @@ const RUST_HOOKS: &[AllocHook] = &[
         program::REALLOC_EXIT,
         "__rust_realloc",
     ),
-    (program::FREE_ENTER, "", "__rust_dealloc"),
+    (program::RUST_DEALLOC_ENTER, "", "__rust_dealloc"),
 ];
 
 /// Prefixes rustc has given the allocator shims' names: `__rustc::__rust_alloc`
 /// (recent, v0-mangled into the `__rustc` crate) and a bare `__rust_alloc`.
 const RUST_SHIM_SPELLINGS: [&str; 2] = ["__rustc::", ""];
 
-/// The allocator function `name` in `symbols`, under any spelling it may have.
-fn allocator_function<'a>(
-    symbols: &'a ElfSymbols,
-    name: &str,
-    layer: AllocLayer,
-) -> Option<&'a Function> {
-    if layer == AllocLayer::RustShims {
-        RUST_SHIM_SPELLINGS
-            .iter()
-            .find_map(|prefix| symbols.named(&format!("{prefix}{name}")))
-    } else {
-        symbols.named(name)
+/// A Rust allocator shim or std's default behind it, under any spelling rustc
+/// has used (`name` without prefix: `__rust_alloc`, `__rdl_alloc`).
+fn rust_function<'a>(symbols: &'a ElfSymbols, name: &str) -> Option<&'a Function> {
+    RUST_SHIM_SPELLINGS
+        .iter()
+        .find_map(|prefix| symbols.named(&format!("{prefix}{name}")))
+}
+
+/// Who serves a Rust binary's allocations, as its allocator shim shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RustAllocator {
+    /// No `__rust_alloc`: not a Rust binary with std (or a stripped one).
+    NoShims,
+    /// std's default: `__rust_alloc` goes to `__rdl_alloc`, which calls libc's
+    /// `malloc`, so probing libc sees every Rust allocation.
+    System,
+    /// A `#[global_allocator]` of the program's own (jemalloc, mimalloc, a
+    /// wrapper around any allocator): its code is inlined into the shim, or
+    /// reached through `__rg_alloc` (older rustc).
+    Own,
+}
+
+/// Instructions of `__rust_alloc` read to find its branch to `__rdl_alloc`
+/// (std's shim is one `jmp`; a debug build's sets up a frame first).
+const SHIM_INSTRUCTIONS: usize = 16;
+
+/// Reads the binary's allocator shim: std's default allocator makes
+/// `__rust_alloc` a jump (or call) to `__rdl_alloc`; a `#[global_allocator]`
+/// leaves `__rdl_alloc` unused, and usually out of the binary.
+pub fn rust_allocator(exe: &ElfSymbols) -> RustAllocator {
+    let Some(shim) = rust_function(exe, "__rust_alloc") else {
+        return RustAllocator::NoShims;
+    };
+    if exe.has_function("*__rg_alloc") {
+        return RustAllocator::Own;
     }
+    let Some(default) = rust_function(exe, "__rdl_alloc") else {
+        return RustAllocator::Own;
+    };
+    let code = exe.code(shim, 256);
+    let mut decoder = Decoder::with_ip(64, code, shim.vaddr, DecoderOptions::NONE);
+    for _ in 0..SHIM_INSTRUCTIONS {
+        if !decoder.can_decode() {
+            break;
+        }
+        let instruction = decoder.decode();
+        if instruction.is_invalid() {
+            break;
+        }
+        match instruction.flow_control() {
+            FlowControl::UnconditionalBranch | FlowControl::Call
+                if instruction.near_branch_target() == default.vaddr =>
+            {
+                return RustAllocator::System;
+            }
+            FlowControl::Return => break,
+            _ => {}
+        }
+    }
+    RustAllocator::Own
 }
 
 /// Libraries that are the platform's, never a malloc replacement.
@@ -139,6 +199,101 @@ fn malloc_replacement(target: &Target) -> Option<(String, ElfSymbols)> {
     None
 }
 
+/// Where the process's `malloc` is: the executable's own, a replacement
+/// library's, or libc's. `None` when nothing mapped defines one.
+struct MallocLayer {
+    /// Says where, for the layer's reason.
+    reason: String,
+    /// `None`: the executable's.
+    symbols: Option<ElfSymbols>,
+}
+
+fn malloc_layer(target: &Target, exe: &ElfSymbols) -> Result<Option<MallocLayer>> {
+    if exe.named("malloc").is_some() {
+        return Ok(Some(MallocLayer {
+            reason: "the executable defines malloc itself (statically linked allocator)".into(),
+            symbols: None,
+        }));
+    }
+    if let Some((library, symbols)) = malloc_replacement(target) {
+        return Ok(Some(MallocLayer {
+            reason: format!(
+                "malloc is served by {library}, a malloc replacement (LD_PRELOAD or linked), not libc"
+            ),
+            symbols: Some(symbols),
+        }));
+    }
+    let libc = target
+        .mapped_library("libc.so")
+        .or_else(|| target.mapped_library("libc-"));
+    match libc {
+        Some(libc) => Ok(Some(MallocLayer {
+            reason: format!("malloc is {libc}'s"),
+            symbols: Some(ElfSymbols::load(&target.host_path(libc))?),
+        })),
+        None => Ok(None),
+    }
+}
+
+/// The probes of one allocator layer's functions in one file.
+fn allocator_probes(
+    hooks: &[AllocHook],
+    symbols: &ElfSymbols,
+    rust: bool,
+    probes: &mut Vec<Probe>,
+    names: &mut Vec<String>,
+) -> Result<()> {
+    let mut seen_offsets = Vec::new();
+    let mut has = (false, false);
+    for &(enter, exit, name) in hooks {
+        let function = if rust {
+            rust_function(symbols, name)
+        } else {
+            symbols.named(name)
+        };
+        let Some(function) = function else {
+            continue;
+        };
+        // memalign and aligned_alloc are one function in glibc: probe it once.
+        if seen_offsets.contains(&function.file_offset) {
+            continue;
+        }
+        seen_offsets.push(function.file_offset);
+        let entry_offset = if exit.is_empty() {
+            entry_probe_offset(symbols.code(function, 64), name == "free")
+        } else {
+            0
+        };
+        probes.push(probe(enter, &symbols.path, function, entry_offset, None));
+        if !exit.is_empty() {
+            probes.push(probe(exit, &symbols.path, function, 0, None));
+        }
+        has.0 |= exit == program::MALLOC_EXIT;
+        has.1 |= exit.is_empty();
+        names.push(format!(
+            "{} ({})",
+            function.name,
+            symbols
+                .path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+        ));
+    }
+    if !(has.0 && has.1) {
+        bail!(
+            "could not find the allocator's {} in {}",
+            if rust {
+                "__rust_alloc and __rust_dealloc"
+            } else {
+                "malloc and free"
+            },
+            symbols.path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Replaces every program with a no-op at the same place and drops scope probes:
 /// what a uprobe costs before our code runs (the benchmark's floor).
 pub fn bare(mut plan: Plan) -> Plan {
@@ -158,95 +313,63 @@ pub fn bare(mut plan: Plan) -> Plan {
 
 pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<Plan> {
     let exe_path = target.host_path(&target.exe);
-    let custom_allocator = exe.has_function("*__rg_alloc");
-    let has_rust_shims = allocator_function(exe, "__rust_alloc", AllocLayer::RustShims).is_some();
-    let exe_defines_malloc = exe.named("malloc").is_some();
-    let libc = target
-        .mapped_library("libc.so")
-        .or_else(|| target.mapped_library("libc-"));
-
-    let (layer, reason, hooks, file): (AllocLayer, String, &[AllocHook], Option<ElfSymbols>) =
-        if custom_allocator && has_rust_shims {
-            (
-                AllocLayer::RustShims,
-                "the binary has its own #[global_allocator] (__rg_alloc), so the Rust allocator shims are probed; C allocations are not seen".into(),
-                RUST_HOOKS,
-                None,
-            )
-        } else if exe_defines_malloc {
-            (
-                AllocLayer::Libc,
-                "the executable defines malloc itself (statically linked allocator); its malloc family is probed".into(),
-                LIBC_HOOKS,
-                None,
-            )
-        } else if let Some((library, symbols)) = malloc_replacement(target) {
-            (
-                AllocLayer::Libc,
-                format!(
-                    "malloc is served by {library}, a malloc replacement (LD_PRELOAD or linked), not libc: its malloc family is probed"
-                ),
-                LIBC_HOOKS,
-                Some(symbols),
-            )
-        } else if let Some(libc) = libc {
-            let symbols = ElfSymbols::load(&target.host_path(libc))?;
-            (
-                AllocLayer::Libc,
-                format!(
-                    "allocations reach {libc}'s malloc family (no custom #[global_allocator]); probing it counts each allocation once, C ones included"
-                ),
-                LIBC_HOOKS,
-                Some(symbols),
-            )
-        } else if has_rust_shims {
-            (
-                AllocLayer::RustShims,
-                "no libc is mapped; the Rust allocator shims are probed".into(),
-                RUST_HOOKS,
-                None,
-            )
-        } else {
-            bail!(
-                "pid {}: found no allocator to probe: no libc or malloc replacement is mapped, the executable defines no malloc, and it has no Rust allocator shims (__rust_alloc under any spelling; a stripped static binary has none)",
-                target.pid
-            );
-        };
-
-    let (alloc_symbols, alloc_path) = match &file {
-        Some(symbols) => (symbols, symbols.path.clone()),
-        None => (exe, exe_path.clone()),
-    };
+    let rust = rust_allocator(exe);
+    let malloc = malloc_layer(target, exe)?;
     let mut probes = Vec::new();
-    let mut seen_offsets = Vec::new();
-    for &(enter, exit, name) in hooks {
-        let Some(function) = allocator_function(alloc_symbols, name, layer) else {
-            continue;
-        };
-        // memalign and aligned_alloc are one function in glibc: probe it once.
-        if seen_offsets.contains(&function.file_offset) {
-            continue;
+    let mut allocator_functions = Vec::new();
+    let probe_malloc = |malloc: &MallocLayer, probes: &mut Vec<Probe>, names: &mut Vec<String>| {
+        allocator_probes(
+            LIBC_HOOKS,
+            malloc.symbols.as_ref().unwrap_or(exe),
+            false,
+            probes,
+            names,
+        )
+    };
+    let (layer, layer_reason) = match (rust, &malloc) {
+        (RustAllocator::Own, Some(malloc)) => {
+            allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
+            probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
+            (
+                AllocLayer::RustShimsAndLibc,
+                format!(
+                    "the binary has its own #[global_allocator] (its __rust_alloc does not go to std's System allocator), so the Rust allocator shims are probed; {} and its malloc family is probed for C allocations; an allocation the global allocator passes on to malloc counts once",
+                    malloc.reason
+                ),
+            )
         }
-        seen_offsets.push(function.file_offset);
-        let entry_offset = if exit.is_empty() {
-            entry_probe_offset(alloc_symbols.code(function, 64), name == "free")
-        } else {
-            0
-        };
-        probes.push(probe(enter, &alloc_path, function, entry_offset, None));
-        if !exit.is_empty() {
-            probes.push(probe(exit, &alloc_path, function, 0, None));
+        (RustAllocator::Own, None) => {
+            allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
+            (
+                AllocLayer::RustShims,
+                "the binary has its own #[global_allocator] and no malloc is mapped; the Rust allocator shims are probed".into(),
+            )
         }
-    }
+        (_, Some(malloc)) => {
+            probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
+            let rust_note = if rust == RustAllocator::System {
+                "; Rust allocations reach it through std's System allocator (no #[global_allocator] of the binary's own), so probing it counts each allocation once, C ones included"
+            } else {
+                ""
+            };
+            (
+                AllocLayer::Libc,
+                format!("{}: its malloc family is probed{rust_note}", malloc.reason),
+            )
+        }
+        (RustAllocator::System, None) => {
+            allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
+            (
+                AllocLayer::RustShims,
+                "no malloc is mapped; the Rust allocator shims are probed".into(),
+            )
+        }
+        (RustAllocator::NoShims, None) => bail!(
+            "pid {}: found no allocator to probe: no libc or malloc replacement is mapped, the executable defines no malloc, and it has no Rust allocator shims (__rust_alloc under any spelling; a stripped static binary has none)",
+            target.pid
+        ),
+    };
     order_for_attach(&mut probes);
-    if !probes.iter().any(|p| p.program == program::FREE_ENTER)
-        || !probes.iter().any(|p| p.program == program::MALLOC_EXIT)
-    {
-        bail!(
-            "could not find the allocator's malloc and free in {}",
-            alloc_path.display()
-        );
-    }
 
     let mut scopes = Vec::new();
     let mut scope_functions = Vec::new();
@@ -282,7 +405,8 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     let missing_scopes = missing_scopes(&matches);
     Ok(Plan {
         layer,
-        layer_reason: reason,
+        layer_reason,
+        allocator_functions,
         probes,
         scopes,
         missing_scopes,
@@ -295,7 +419,9 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
 /// (a false leak). The other way round, a free of a block allocated before
 /// attach is simply unknown, which the analyzer ignores.
 fn order_for_attach(probes: &mut [Probe]) {
-    probes.sort_by_key(|p| p.program != program::FREE_ENTER);
+    probes.sort_by_key(|p| {
+        p.program != program::FREE_ENTER && p.program != program::RUST_DEALLOC_ENTER
+    });
 }
 
 /// The functions of the executable that one scope rule of a preset matches.

@@ -135,6 +135,12 @@ impl ElfSymbols {
         leakscope_recording::target::crate_version(&self.data, name)
     }
 
+    /// Whether the file's code keeps frame pointers (see
+    /// [`leakscope_recording::frame_pointers`]).
+    pub fn frame_pointers(&self) -> leakscope_recording::FramePointers {
+        leakscope_recording::frame_pointers::frame_pointers(&self.data)
+    }
+
     pub fn has_function(&self, pattern: &str) -> bool {
         !self.matching(pattern).is_empty()
     }

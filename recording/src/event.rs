@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::frame_pointers::FramePointers;
+
 /// Index of a [`Record::Stack`] in this recording.
 pub type StackId = u32;
 
@@ -58,7 +60,8 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Which layer of the allocator stack was probed (one per allocation, never both).
+/// Which layer of the allocator stack was probed. Each allocation is recorded
+/// once, at the outermost layer it went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AllocLayer {
@@ -68,6 +71,11 @@ pub enum AllocLayer {
     RustShims,
     /// A global allocator wrapper inside the process (in-process mode).
     GlobalAllocator,
+    /// The Rust shims (the binary has its own `#[global_allocator]`, whose
+    /// allocations never reach libc) and libc's malloc family (the C code's
+    /// allocations); an allocation the global allocator passes on to malloc
+    /// (a wrapper around `System`) is recorded once, at the shim.
+    RustShimsAndLibc,
 }
 
 /// How the producer was configured; copied into reports.
@@ -108,6 +116,9 @@ pub struct Header {
     /// cargo leaves in the binary; `None` when it does not say (or uses no rmcp).
     pub rmcp_version: Option<String>,
     pub settings: Settings,
+    /// Whether the executable's code keeps frame pointers, which every stack
+    /// walk here needs (read from its code by the producer; format 5).
+    pub frame_pointers: FramePointers,
 }
 
 impl Header {
@@ -128,6 +139,7 @@ impl Header {
             clock: ClockOrigin::now(),
             rmcp_version: target.crate_version("rmcp"),
             settings,
+            frame_pointers: FramePointers::Unknown,
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::event::{
     AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
     ScopeKind, SessionFact, Settings, StackId,
 };
+use crate::frame_pointers::FramePointers;
 
 /// A record of format version 1: as today's, but `Realloc` has no `entry_ts`.
 /// The variants keep their order (postcard encodes the index).
@@ -164,6 +165,7 @@ impl From<HeaderV1> for Header {
             build_id: v1.build_id,
             clock: v1.clock,
             rmcp_version,
+            frame_pointers: FramePointers::Unknown,
             settings: Settings {
                 alloc_layer,
                 alloc_layer_reason,
@@ -175,6 +177,35 @@ impl From<HeaderV1> for Header {
                 scope_functions: Vec::new(),
                 notes,
             },
+        }
+    }
+}
+
+/// The header of format versions 2 to 4: today's without `frame_pointers`.
+#[derive(Deserialize)]
+pub(crate) struct HeaderV4 {
+    producer: Producer,
+    producer_version: String,
+    pid: u32,
+    exe: String,
+    build_id: Option<String>,
+    clock: ClockOrigin,
+    rmcp_version: Option<String>,
+    settings: Settings,
+}
+
+impl From<HeaderV4> for Header {
+    fn from(v4: HeaderV4) -> Self {
+        Header {
+            producer: v4.producer,
+            producer_version: v4.producer_version,
+            pid: v4.pid,
+            exe: v4.exe,
+            build_id: v4.build_id,
+            clock: v4.clock,
+            rmcp_version: v4.rmcp_version,
+            settings: v4.settings,
+            frame_pointers: FramePointers::Unknown,
         }
     }
 }

@@ -22,6 +22,7 @@
 
 mod demangle;
 mod event;
+pub mod frame_pointers;
 mod legacy;
 pub mod preset;
 mod reader;
@@ -33,6 +34,7 @@ pub use event::{
     AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
     ScopeFunction, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
 };
+pub use frame_pointers::FramePointers;
 pub use reader::{ReadError, RecordingReader, Tail};
 pub use writer::RecordingWriter;
 
@@ -48,7 +50,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   `SessionFact::Created`. Version 1 files still read (see `legacy`).
 /// * 3: `Record::TraceOrigin` (appended: a version 2 file reads as is).
 /// * 4: records frames are zstd-compressed (the header frame is not).
-pub const FORMAT_VERSION: u32 = 4;
+/// * 5: [`Header::frame_pointers`]; `AllocLayer::RustShimsAndLibc`. Versions
+///   2 to 4 read as is, with frame pointers unknown.
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::legacy::{HeaderV1, RecordV1};
+use super::legacy::{HeaderV1, HeaderV4, RecordV1};
 use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, OLDEST_FORMAT_VERSION, Record};
 
 /// Why a file cannot be read as a recording at all.
@@ -254,10 +254,11 @@ fn decode_records(bytes: &[u8], version: u32, unzip: &mut Unzip) -> Result<Vec<R
 
 /// The header frame of a recording of format `version`, as today's [`Header`].
 fn decode_header(bytes: &[u8], version: u32) -> Result<Header, postcard::Error> {
-    if version == 1 {
-        return postcard::from_bytes::<HeaderV1>(bytes).map(Header::from);
+    match version {
+        1 => postcard::from_bytes::<HeaderV1>(bytes).map(Header::from),
+        2..=4 => postcard::from_bytes::<HeaderV4>(bytes).map(Header::from),
+        _ => postcard::from_bytes(bytes),
     }
-    postcard::from_bytes(bytes)
 }
 
 /// Reads one frame; `offset` advances past it only when it is complete and valid.

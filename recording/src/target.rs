@@ -103,6 +103,19 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
+/// CPU time `pid` has used so far (user and system, all its threads), in
+/// clock ticks; `None` when it cannot be read.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and parentheses):
+    // state is the 3rd field of stat, utime the 14th and stime the 15th.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
+}
+
 /// What `/proc/PID/maps` appends to the path of a file removed since it was mapped.
 const DELETED: &str = " (deleted)";
 
@@ -232,6 +245,18 @@ mod tests {
         assert_eq!(build_id_of(&exe), expected);
         assert_eq!(build_id_of(Path::new("/proc/self/status")), None);
         assert_eq!(build_id_of(Path::new("/nonexistent")), None);
+    }
+
+    #[test]
+    fn cpu_time_of_this_process_grows() {
+        let before = cpu_ticks(std::process::id()).unwrap();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_ticks(std::process::id()).unwrap() > before);
+        assert_eq!(cpu_ticks(u32::MAX), None);
     }
 
     #[test]

@@ -30,6 +30,7 @@ fn header() -> Header {
             }],
             notes: vec!["key: value".into()],
         },
+        frame_pointers: FramePointers::Kept,
     }
 }
 
@@ -280,6 +281,56 @@ fn reads_format_version_1() {
         read(&older),
         Err(ReadError::OlderVersion { found: 0, .. })
     ));
+}
+
+/// Versions 2 to 4 had no `frame_pointers` in the header: such a file reads
+/// with them unknown, and its records as today's.
+#[test]
+fn reads_format_version_4() {
+    #[derive(serde::Serialize)]
+    struct HeaderV4 {
+        producer: Producer,
+        producer_version: String,
+        pid: u32,
+        exe: String,
+        build_id: Option<String>,
+        clock: ClockOrigin,
+        rmcp_version: Option<String>,
+        settings: Settings,
+    }
+    let today = header();
+    let v4 = HeaderV4 {
+        producer: today.producer,
+        producer_version: today.producer_version.clone(),
+        pid: today.pid,
+        exe: today.exe.clone(),
+        build_id: today.build_id.clone(),
+        clock: today.clock,
+        rmcp_version: today.rmcp_version.clone(),
+        settings: today.settings.clone(),
+    };
+    let frame = |payload: &[u8], bytes: &mut Vec<u8>| {
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        bytes.extend_from_slice(payload);
+    };
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&4u32.to_le_bytes());
+    frame(&postcard::to_stdvec(&v4).unwrap(), &mut bytes);
+    let records = sample(3);
+    let body = zstd::encode_all(&postcard::to_stdvec(&records).unwrap()[..], 1).unwrap();
+    frame(&body, &mut bytes);
+    let mut reader = RecordingReader::new(&bytes[..], Path::new("v4.lsrec")).unwrap();
+    assert_eq!(reader.format_version(), 4);
+    assert_eq!(
+        reader.header(),
+        &Header {
+            frame_pointers: FramePointers::Unknown,
+            ..today
+        }
+    );
+    assert_eq!(reader.by_ref().collect::<Vec<_>>(), records);
+    assert_eq!(reader.tail(), Some(&Tail::Clean));
 }
 
 /// The sample recordings checked in under `fixtures/recordings/` were made before
