@@ -68,6 +68,8 @@ pub struct Sample {
     pub t_s: f64,
     pub live: PerCategory<u64>,
     pub reclaimed_total: u64,
+    /// Allocations the recording had made by then (the activity clock).
+    pub allocs: u64,
 }
 
 /// A block allocated and not (yet) freed.
@@ -75,6 +77,11 @@ pub struct Sample {
 pub struct Block {
     /// When it was allocated.
     pub ts: u64,
+    /// How many allocations the recording had made when this one was (set by
+    /// [`Accounting::alloc`]): a clock of the target's activity, by which a
+    /// site that keeps a block per request grows linearly however bursty the
+    /// load was in time.
+    pub seq: u64,
     pub size: u64,
     pub category: Category,
     pub stack: Option<StackId>,
@@ -123,7 +130,7 @@ impl Accounting {
     /// Time passes: take the samples due before `ts`.
     pub fn tick(&mut self, ts: u64) {
         self.sampler
-            .tick(ts, self.live_by_category, self.reclaimed_total);
+            .tick(ts, self.live_by_category, self.reclaimed_total, self.allocs);
     }
 
     fn session(&mut self, key: SessionKey) -> &mut SessionBytes {
@@ -134,8 +141,9 @@ impl Accounting {
         &mut self.sessions[index]
     }
 
-    pub fn alloc(&mut self, addr: u64, block: Block) {
+    pub fn alloc(&mut self, addr: u64, mut block: Block) {
         self.allocs += 1;
+        block.seq = self.allocs;
         if let Some(key) = block.session {
             let session = self.session(key);
             session.allocated += block.size;
@@ -258,7 +266,7 @@ impl Sampler {
         }
     }
 
-    fn tick(&mut self, ts: u64, live: PerCategory<u64>, reclaimed_total: u64) {
+    fn tick(&mut self, ts: u64, live: PerCategory<u64>, reclaimed_total: u64, allocs: u64) {
         let start = *self.start_ns.get_or_insert(ts);
         if self.next_ns == 0 {
             self.next_ns = ts;
@@ -271,6 +279,7 @@ impl Sampler {
                 t_s: self.next_ns.saturating_sub(start) as f64 / 1e9,
                 live,
                 reclaimed_total,
+                allocs,
             });
             self.next_ns = self.next_ns.saturating_add(self.every_ns);
             if self.next_ns == u64::MAX {
@@ -288,6 +297,7 @@ mod tests {
     fn block(size: u64, session: Option<SessionKey>) -> Block {
         Block {
             ts: 0,
+            seq: 0,
             size,
             category: Category::Other,
             stack: None,

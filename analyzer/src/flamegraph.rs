@@ -76,6 +76,7 @@ mod tests {
             linearity: 0.0,
             first_alloc_ns: 0,
             last_alloc_ns: 0,
+            activity_span: 0.0,
         };
         assert_eq!(folded(&[site]), vec!["main;malloc_caller 640".to_string()]);
     }

@@ -11,6 +11,7 @@
 //!   -> sites      what is still live, by call site
 //!   -> profile    every stack's allocations and live blocks (heap profile)
 //!   => timeline   the result of one streaming pass
+//!   -> verdict    what was observed, in one line (`verdict`'s rules)
 //!   -> outputs    summary (summary.json), report (report.md), charts (SVG/PNG),
 //!                 flamegraph, trace (Perfetto), pprof (profile.pb.gz)
 //! ```
@@ -36,6 +37,7 @@ pub mod symbolize;
 pub mod timeline;
 pub mod trace;
 pub mod units;
+pub mod verdict;
 
 use std::path::{Path, PathBuf};
 

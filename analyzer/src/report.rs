@@ -53,6 +53,64 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         "[![Live bytes by category over time; reclaimed bytes, session births and worker exits]({CHART})]({CHART})\n"
     );
 
+    if summary.sessions.count > 0 {
+        sessions_sections(&mut md, summary, timeline);
+        findings_section(&mut md, summary);
+    } else {
+        // Nothing of sessions was observed: one line, and the findings lead.
+        findings_section(&mut md, summary);
+        let why = if summary.missing_signals.is_empty() {
+            "no session lifecycle was recorded"
+        } else {
+            "the preset matched no lifecycle function of the target"
+        };
+        let _ = writeln!(
+            md,
+            "\n## Sessions\n\nNo rmcp sessions in this process ({why}): the findings above are the whole evidence.\n"
+        );
+    }
+
+    let _ = writeln!(md, "\n## Recording\n");
+    let _ = writeln!(
+        md,
+        "- target: `{}` (pid {}, build-id {})",
+        h.exe,
+        h.pid,
+        h.build_id.as_deref().unwrap_or("unknown")
+    );
+    let _ = writeln!(
+        md,
+        "- producer: {} ({}), allocation layer: {}: {}",
+        summary.producer,
+        h.producer_version,
+        h.settings.alloc_layer.name(),
+        h.settings.alloc_layer_reason
+    );
+    let _ = writeln!(
+        md,
+        "- duration {:.1} s, {} allocations, {} frees, {} lost events",
+        summary.duration_s, summary.events.alloc, summary.events.free, summary.events.lost
+    );
+    let ending = match (&timeline.tail, timeline.end_reason) {
+        (Tail::Torn { offset, reason }, _) => {
+            format!("torn at byte {offset} ({reason}); the readable prefix was analyzed")
+        }
+        (Tail::Clean, Some(reason)) => format!("ended cleanly ({reason:?})"),
+        (Tail::Clean, None) => "no end record (the producer was stopped abruptly)".into(),
+    };
+    let _ = writeln!(md, "- recording: {ending}");
+    for warning in &timeline.warnings {
+        let _ = writeln!(md, "- warning: {warning}");
+    }
+    for probe in &h.settings.scope_probes {
+        let _ = writeln!(md, "- lifecycle probe: `{probe}`");
+    }
+    md
+}
+
+/// The sessions' sections: categories, per session, the plateau model, and
+/// the sites ended sessions retain.
+fn sessions_sections(md: &mut String, summary: &Summary, timeline: &Timeline) {
     let _ = writeln!(md, "## Memory by category\n");
     let _ = writeln!(
         md,
@@ -130,6 +188,16 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         bytes(s.retained_bytes.max)
     );
 
+    if s.worker_ended > 0 {
+        plateau_model(md, summary, timeline);
+    }
+    top_sites(md, summary);
+}
+
+/// `rate x lifetime x transient` against what was observed (only with
+/// sessions whose worker ended: without them there is no lifetime to model).
+fn plateau_model(md: &mut String, summary: &Summary, timeline: &Timeline) {
+    let s = &summary.sessions;
     let _ = writeln!(md, "\n## Plateau model\n");
     let duration = timeline.duration_s().max(1e-9);
     let rate = s.count as f64 / duration;
@@ -155,7 +223,10 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         bytes(model_retained as u64),
         bytes(observed)
     );
+}
 
+/// The sites that sessions whose worker ended still hold.
+fn top_sites(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "## Top retaining call sites\n");
     for (i, site) in summary.top_sites.iter().take(5).enumerate() {
         let _ = writeln!(
@@ -183,12 +254,17 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
             "No session whose worker ended holds memory; see the findings below for everything else."
         );
     }
+}
 
+/// The findings: what is live at the end by call site, no preset needed.
+fn findings_section(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "\n## Findings (no preset needed)\n");
     let _ = writeln!(
         md,
         "Blocks allocated during the recording and still live at the end, by call site (allocator \
-         frames trimmed). A *leak candidate* grew linearly over most of the recording and was never \
+         frames trimmed; a site is named by its first frame outside the allocator and the standard \
+         library). A *leak candidate* keeps a block (or a fixed group) per request or event: its live \
+         bytes grew linearly with the target's activity over most of the recording and were never \
          given back.\n"
     );
     if summary.findings.is_empty() {
@@ -196,23 +272,30 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
             md,
             "Nothing allocated during the recording is live at its end."
         );
-    } else {
-        let _ = writeln!(
-            md,
-            "| site | live | blocks | growth | per session | oldest | candidate |"
-        );
-        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | --- |");
+        return;
     }
+    // Bytes per session only where there are sessions to divide by.
+    let per_session = summary.sessions.count > 0;
+    let (column, rule) = if per_session {
+        (" per session |", " ---: |")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(
+        md,
+        "| site | live | blocks | growth |{column} oldest | candidate |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: |{rule} ---: | --- |");
     for finding in summary.findings.iter().take(10) {
         let name = &finding.name;
-        let per_event = finding
-            .bytes_per_event
-            .as_ref()
-            .map(|e| bytes(e.bytes))
-            .unwrap_or_else(|| "-".into());
+        let per_event = match (per_session, &finding.bytes_per_event) {
+            (false, _) => String::new(),
+            (true, Some(e)) => format!(" {} |", bytes(e.bytes)),
+            (true, None) => " - |".to_owned(),
+        };
         let _ = writeln!(
             md,
-            "| `{name}` | {} | {} | {}/s | {per_event} | {:.1} s | {} |",
+            "| `{name}` | {} | {} | {}/s |{per_event} {:.1} s | {} |",
             bytes(finding.live_bytes),
             finding.live_blocks,
             bytes(finding.growth_bytes_per_s.max(0.0) as u64),
@@ -220,40 +303,6 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
             if finding.leak_candidate { "yes" } else { "" }
         );
     }
-
-    let _ = writeln!(md, "\n## Recording\n");
-    let _ = writeln!(
-        md,
-        "- target: `{}` (pid {}, build-id {})",
-        h.exe,
-        h.pid,
-        h.build_id.as_deref().unwrap_or("unknown")
-    );
-    let _ = writeln!(
-        md,
-        "- producer: {} ({}), allocation layer: {:?}: {}",
-        summary.producer, h.producer_version, h.settings.alloc_layer, h.settings.alloc_layer_reason
-    );
-    let _ = writeln!(
-        md,
-        "- duration {:.1} s, {} allocations, {} frees, {} lost events",
-        summary.duration_s, summary.events.alloc, summary.events.free, summary.events.lost
-    );
-    let ending = match (&timeline.tail, timeline.end_reason) {
-        (Tail::Torn { offset, reason }, _) => {
-            format!("torn at byte {offset} ({reason}); the readable prefix was analyzed")
-        }
-        (Tail::Clean, Some(reason)) => format!("ended cleanly ({reason:?})"),
-        (Tail::Clean, None) => "no end record (the producer was stopped abruptly)".into(),
-    };
-    let _ = writeln!(md, "- recording: {ending}");
-    for warning in &timeline.warnings {
-        let _ = writeln!(md, "- warning: {warning}");
-    }
-    for probe in &h.settings.scope_probes {
-        let _ = writeln!(md, "- lifecycle probe: `{probe}`");
-    }
-    md
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -354,7 +403,10 @@ fn verdict_figures(summary: &Summary, timeline: &Timeline) -> Vec<(String, &'sta
         RECORDING,
     ));
     figures.push((
-        format!("{:.1} s is too short", summary.duration_s),
+        format!(
+            "{} allocations, {} frees",
+            summary.events.alloc, summary.events.free
+        ),
         RECORDING,
     ));
     figures

@@ -117,6 +117,11 @@ pub struct SessionLife {
     pub worker_end_ns: Option<u64>,
     /// The last time the session did anything: its birth, or its worker's last poll.
     pub last_active_ns: u64,
+    /// Polls of its worker seen (or entries of its session spans, in-process).
+    /// A worker polled once has received nothing since it started: a session
+    /// whose client never sent `initialize` (rmcp before 1.6.0 waits for it
+    /// forever).
+    pub polls: u32,
 }
 
 #[derive(Default)]
@@ -330,6 +335,7 @@ impl SessionTracker {
         if let Some(s) = session.map(|s| self.resolve(s)) {
             let life = &mut self.lives[s as usize];
             life.last_active_ns = life.last_active_ns.max(ts);
+            life.polls = life.polls.saturating_add(1);
         }
     }
 
@@ -384,9 +390,11 @@ impl SessionTracker {
     fn merge(&mut self, from: SessionKey, into: SessionKey) {
         let born = self.lives[from as usize].born_ns;
         let last = self.lives[from as usize].last_active_ns;
+        let polls = self.lives[from as usize].polls;
         let target = &mut self.lives[into as usize];
         target.born_ns = target.born_ns.min(born);
         target.last_active_ns = target.last_active_ns.max(last);
+        target.polls = target.polls.saturating_add(polls);
         self.merged[from as usize] = Some(into);
         for bound in self
             .span_sessions

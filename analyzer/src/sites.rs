@@ -8,11 +8,16 @@
 //! only in return addresses within one line, are one site.
 //!
 //! **Growth** is read from the blocks that survive to the end: the cumulative
-//! bytes of a site's surviving blocks, by the time each was allocated, fitted
-//! with a line. A site that keeps a block per request grows linearly over the
-//! whole recording; a startup cache is one step. A **leak candidate** grows
-//! linearly (r² >= [`MIN_LINEARITY`]) over most of the recording, with enough
-//! blocks to tell (>= [`MIN_BLOCKS`]).
+//! bytes of a site's surviving blocks, fitted with a line. In time, that is the
+//! site's growth in bytes/s (what the report shows). By the target's activity
+//! (how many allocations it had made when each block was: [`Block::seq`]), it
+//! is what tells a leak: a site that keeps a block (or a fixed group) per
+//! request or event grows linearly with activity, however bursty the load
+//! was in time, while a startup cache is one step. A **leak candidate** grows
+//! linearly with activity (r² >= [`MIN_LINEARITY`]) over most of it (>=
+//! [`MIN_SPAN_SHARE`] of the recording's allocations), with enough blocks to
+//! tell (>= [`MIN_BLOCKS`]): a few dozen requests are enough, however short
+//! the recording.
 
 use std::collections::HashMap;
 
@@ -26,7 +31,8 @@ use crate::symbolize::Frame;
 
 /// A leak candidate keeps at least this many blocks...
 pub const MIN_BLOCKS: u64 = 10;
-/// ...allocated over at least this share of the recording...
+/// ...allocated over at least this share of the recording's activity (its
+/// allocations, in order)...
 pub const MIN_SPAN_SHARE: f64 = 0.5;
 /// ...whose cumulative bytes follow a line this well (r²).
 pub const MIN_LINEARITY: f64 = 0.9;
@@ -34,6 +40,7 @@ pub const MIN_LINEARITY: f64 = 0.9;
 /// Frames of the allocator itself, trimmed from a stack's inner end. Names are
 /// demangled without hash; inlined frames carry DWARF's short names.
 const ALLOCATOR_FRAMES: &[&str] = &[
+    // libc's malloc family.
     "malloc",
     "calloc",
     "realloc",
@@ -41,9 +48,13 @@ const ALLOCATOR_FRAMES: &[&str] = &[
     "posix_memalign",
     "aligned_alloc",
     "memalign",
+    // rustc's allocator shims and std's default behind them (`__rust_alloc`,
+    // `__rdl_alloc`, `__rg_alloc`, ...), under either spelling.
     "__rustc::__rust_alloc*",
     "__rustc::__rust_realloc",
+    "__rustc::__rust_dealloc",
     "__rustc::__rdl_*",
+    "__rustc::__rg_*",
     "__rust_alloc*",
     "__rust_realloc",
     "__rdl_*",
@@ -51,7 +62,25 @@ const ALLOCATOR_FRAMES: &[&str] = &[
     "alloc::alloc::*",
     "<alloc::alloc::Global as core::alloc::Allocator>::*",
     "alloc::raw_vec::*",
-    "<std::alloc::System as core::alloc::global::GlobalAlloc>::*",
+    // Any `#[global_allocator]`: std's System, jemalloc's, mimalloc's, and a
+    // wrapper of the program's own (`<Counting as GlobalAlloc>::alloc`).
+    "<* as core::alloc::global::GlobalAlloc>::*",
+    "<* as core::alloc::GlobalAlloc>::*",
+    // jemalloc (tikv-jemallocator's prefixed build, or an unprefixed one),
+    // mimalloc and snmalloc internals.
+    "tikv_jemallocator::*",
+    "tikv_jemalloc_sys::*",
+    "_rjem_*",
+    "je_*",
+    "imalloc*",
+    "ialloc*",
+    "mimalloc::*",
+    "libmimalloc_sys::*",
+    "mi_*",
+    "_mi_*",
+    "snmalloc_rs::*",
+    "snmalloc::*",
+    "sn_rust_*",
     "std::sys::alloc::*",
     "std::sys::pal::*::alloc::*",
     "*::aligned_malloc",
@@ -70,14 +99,17 @@ const ALLOCATOR_FRAMES: &[&str] = &[
     "exchange_malloc*",
     "dhat::*",
     "<dhat::Alloc as *",
+    // The in-process recorder's unwinder (builds without frame pointers).
+    "backtrace::*",
+    "_Unwind_*",
     "leakscope_inproc::*",
     "<leakscope_inproc::*",
 ];
 
-/// Live blocks of one stack: (allocated at, size, its session's worker is gone).
-type StackBlocks = (Category, Vec<(u64, u64, bool)>);
-/// A site being merged, with its blocks' (allocated at, size).
-type SiteBlocks = (Site, Vec<(u64, u64)>);
+/// Live blocks of one stack: (allocated at, activity, size, its session's worker is gone).
+type StackBlocks = (Category, Vec<(u64, u64, u64, bool)>);
+/// A site being merged, with its blocks' (allocated at, activity, size).
+type SiteBlocks = (Site, Vec<(u64, u64, u64)>);
 
 /// A call site still holding memory at the end.
 #[derive(Debug, Clone)]
@@ -94,32 +126,36 @@ pub struct Site {
     pub blocks: u64,
     /// Of `retained_bytes`, those of sessions whose worker is gone.
     pub session_bytes: u64,
-    /// Fitted growth of the surviving blocks' bytes over the recording.
+    /// Fitted growth of the surviving blocks' bytes over the recording's time.
     pub growth_bytes_per_s: f64,
-    /// How well a line fits that growth (r², 0 when there is no spread in time).
+    /// How well a line fits the surviving bytes against the target's activity
+    /// (r², 0 when there is no spread).
     pub linearity: f64,
     /// When the oldest and newest surviving blocks were allocated.
     pub first_alloc_ns: u64,
     pub last_alloc_ns: u64,
+    /// Of the recording's allocations, the share made between the site's
+    /// oldest and newest surviving blocks.
+    pub activity_span: f64,
 }
 
 impl Site {
-    /// A site whose surviving bytes grew linearly over most of the recording:
-    /// allocated and never given back, at a steady rate.
-    pub fn is_leak_candidate(&self, start_ns: u64, end_ns: u64) -> bool {
-        let duration = end_ns.saturating_sub(start_ns).max(1) as f64;
-        let span = self.last_alloc_ns.saturating_sub(self.first_alloc_ns) as f64;
+    /// A site whose surviving bytes grew linearly with the target's activity
+    /// over most of it: allocated and never given back, at a steady rate per
+    /// request or event.
+    pub fn is_leak_candidate(&self) -> bool {
         self.blocks >= MIN_BLOCKS
-            && self.growth_bytes_per_s > 0.0
-            && span / duration >= MIN_SPAN_SHARE
+            && self.activity_span >= MIN_SPAN_SHARE
             && self.linearity >= MIN_LINEARITY
     }
 }
 
 /// Groups live blocks (with whether their session's worker is gone) by call site:
-/// most session-retained bytes first, then most live bytes.
+/// most session-retained bytes first, then most live bytes. `allocations`:
+/// how many the recording made (the activity clock's end).
 pub fn sites<'a>(
     live: impl IntoIterator<Item = &'a (Block, bool)>,
+    allocations: u64,
     stacks: &mut Stacks,
 ) -> Vec<Site> {
     // Cheap first pass by stack id; then one symbolization per distinct stack.
@@ -129,7 +165,7 @@ pub fn sites<'a>(
             .entry(block.stack)
             .or_insert_with(|| (block.category, Vec::new()))
             .1
-            .push((block.ts, block.size, *worker_gone));
+            .push((block.ts, block.seq, block.size, *worker_gone));
     }
     let trim = Trimmer::new();
     let mut by_frames: HashMap<Vec<String>, SiteBlocks> = HashMap::new();
@@ -151,11 +187,12 @@ pub fn sites<'a>(
                     linearity: 0.0,
                     first_alloc_ns: u64::MAX,
                     last_alloc_ns: 0,
+                    activity_span: 0.0,
                 },
                 Vec::new(),
             )
         });
-        for (ts, size, worker_gone) in blocks {
+        for (ts, seq, size, worker_gone) in blocks {
             site.retained_bytes += size;
             site.blocks += 1;
             if worker_gone {
@@ -163,13 +200,21 @@ pub fn sites<'a>(
             }
             site.first_alloc_ns = site.first_alloc_ns.min(ts);
             site.last_alloc_ns = site.last_alloc_ns.max(ts);
-            times.push((ts, size));
+            times.push((ts, seq, size));
         }
     }
     let mut sites: Vec<Site> = by_frames
         .into_values()
-        .map(|(mut site, mut times)| {
-            (site.growth_bytes_per_s, site.linearity) = growth(&mut times);
+        .map(|(mut site, mut blocks)| {
+            let mut by_time: Vec<(u64, u64)> = blocks.iter().map(|b| (b.0, b.2)).collect();
+            site.growth_bytes_per_s = growth(&mut by_time, 1e9).0;
+            let mut by_activity: Vec<(u64, u64)> = blocks.drain(..).map(|b| (b.1, b.2)).collect();
+            site.linearity = growth(&mut by_activity, 1.0).1;
+            let (first, last) = (
+                by_activity.first().map_or(0, |b| b.0),
+                by_activity.last().map_or(0, |b| b.0),
+            );
+            site.activity_span = last.saturating_sub(first) as f64 / allocations.max(1) as f64;
             site
         })
         .collect();
@@ -182,20 +227,97 @@ pub fn sites<'a>(
     sites
 }
 
-/// Slope (bytes/s) and r² of a least-squares line through the cumulative bytes
-/// of `(alloc ts, size)` blocks in time order.
-fn growth(blocks: &mut [(u64, u64)]) -> (f64, f64) {
+/// Of the recording's activity (its allocations, in order), the last share
+/// whose survivors count as in flight at the end (requests being served).
+pub const IN_FLIGHT_SHARE: f64 = 0.05;
+
+/// Fewer allocations than this (a couple of dozen requests' worth) say too
+/// little of where a recording's survivors come from to call them settled.
+pub const MIN_SETTLED_ALLOCATIONS: u64 = 100;
+
+/// Bytes a settled rest may have grown by since half the activity, beyond
+/// a quarter of what was live then.
+pub const SETTLED_SLACK_BYTES: u64 = 4096;
+
+/// What survives of the allocations a recording saw, against what was live
+/// half-way through the target's activity: what tells a bounded rest (a
+/// cache filled at the first requests, or one that keeps its newest N
+/// entries) from growth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rest {
+    /// Bytes surviving from the first half of the activity.
+    pub early_bytes: u64,
+    /// From the second half, but for its last [`IN_FLIGHT_SHARE`].
+    pub late_bytes: u64,
+    /// From the last [`IN_FLIGHT_SHARE`]: in flight when the recording ended.
+    pub in_flight_bytes: u64,
+    /// The recording's allocations.
+    pub allocations: u64,
+    /// Bytes of the recording's blocks live when half its allocations had
+    /// been made.
+    pub live_at_half: u64,
+}
+
+impl Rest {
+    /// `samples`: the accounting's, which say what was live when.
+    pub fn of<'a>(
+        live: impl IntoIterator<Item = &'a (Block, bool)>,
+        allocations: u64,
+        samples: &[crate::accounting::Sample],
+    ) -> Self {
+        let live_at_half = samples
+            .iter()
+            .find(|s| s.allocs.saturating_mul(2) >= allocations)
+            .map_or(0, |s| s.live.iter().sum());
+        let mut rest = Rest {
+            allocations,
+            live_at_half,
+            ..Rest::default()
+        };
+        let total = allocations.max(1) as f64;
+        for (block, _) in live {
+            let at = block.seq as f64 / total;
+            if at <= 0.5 {
+                rest.early_bytes += block.size;
+            } else if at <= 1.0 - IN_FLIGHT_SHARE {
+                rest.late_bytes += block.size;
+            } else {
+                rest.in_flight_bytes += block.size;
+            }
+        }
+        rest
+    }
+
+    pub fn total(&self) -> u64 {
+        self.early_bytes + self.late_bytes + self.in_flight_bytes
+    }
+
+    /// Bounded and not growing: enough activity to tell, and what survives
+    /// (in-flight blocks aside) is no more than what was live half-way
+    /// through, plus a quarter and [`SETTLED_SLACK_BYTES`]. A leak of a
+    /// block per request has about doubled since then.
+    pub fn settled(&self) -> bool {
+        self.allocations >= MIN_SETTLED_ALLOCATIONS
+            && self.early_bytes + self.late_bytes
+                <= self.live_at_half + self.live_at_half / 4 + SETTLED_SLACK_BYTES
+    }
+}
+
+/// Slope (bytes per `unit` of x) and r² of a least-squares line through the
+/// cumulative bytes of `(x, size)` blocks in x order (x: nanoseconds, or the
+/// activity clock); sorts `blocks`.
+fn growth(blocks: &mut [(u64, u64)], unit: f64) -> (f64, f64) {
     if blocks.len() < 2 {
         return (0.0, 0.0);
     }
     blocks.sort_unstable();
-    let t0 = blocks[0].0;
+    let x0 = blocks[0].0;
     let mut cumulative = 0u64;
     let points: Vec<(f64, f64)> = blocks
         .iter()
-        .map(|(ts, size)| {
+        .map(|(x, size)| {
             cumulative += size;
-            ((ts - t0) as f64 / 1e9, cumulative as f64)
+            ((x - x0) as f64 / unit, cumulative as f64)
         })
         .collect();
     let n = points.len() as f64;
@@ -208,6 +330,16 @@ fn growth(blocks: &mut [(u64, u64)]) -> (f64, f64) {
         return (0.0, 0.0);
     }
     (sxy / sxx, (sxy * sxy) / (sxx * syy))
+}
+
+/// Whether `name` is a frame of the allocator itself ([`ALLOCATOR_FRAMES`]).
+pub fn is_allocator_frame(name: &str) -> bool {
+    static PATTERNS: std::sync::OnceLock<Trimmer> = std::sync::OnceLock::new();
+    PATTERNS
+        .get_or_init(Trimmer::new)
+        .patterns
+        .iter()
+        .any(|p| p.matches(name))
 }
 
 /// Trims allocator frames from the inner end of a stack.
@@ -246,6 +378,7 @@ mod tests {
     fn block(ts: u64, size: u64, stack: Option<StackId>) -> Block {
         Block {
             ts,
+            seq: ts,
             size,
             category: Category::Other,
             stack,
@@ -265,7 +398,7 @@ mod tests {
         // Distinct (unknown) addresses: distinct sites.
         stacks.add(1, vec![0x10]);
         stacks.add(2, vec![0x20]);
-        let sites = sites(&live, &mut stacks);
+        let sites = sites(&live, 4, &mut stacks);
         assert_eq!(sites.len(), 3);
         assert_eq!((sites[0].stack, sites[0].session_bytes), (Some(2), 5));
         assert_eq!((sites[1].retained_bytes, sites[1].blocks), (20, 2));
@@ -280,7 +413,7 @@ mod tests {
             (block(0, 10, Some(1)), false),
             (block(0, 7, Some(2)), false),
         ];
-        let sites = sites(&live, &mut stacks);
+        let sites = sites(&live, 2, &mut stacks);
         assert_eq!(sites.len(), 1);
         assert_eq!((sites[0].retained_bytes, sites[0].blocks), (17, 2));
     }
@@ -308,14 +441,55 @@ mod tests {
         );
     }
 
+    /// A live block of `size` bytes, the `seq`-th allocation of the recording.
+    fn nth(seq: u64, size: u64) -> (Block, bool) {
+        let mut block = block(0, size, None);
+        block.seq = seq;
+        (block, false)
+    }
+
+    #[test]
+    fn a_warm_up_is_settled_and_growth_is_not() {
+        // What was live half-way through the activity (allocation 1000 of 2000).
+        let half = |live: u64| {
+            let mut sample = crate::accounting::Sample {
+                t_s: 1.0,
+                live: Default::default(),
+                reclaimed_total: 0,
+                allocs: 1000,
+            };
+            sample.live[Category::Other] = live;
+            vec![sample]
+        };
+        // A cache filled by the first requests, and a request in flight at the end.
+        let warm = [nth(10, 1000), nth(20, 1000), nth(1990, 1000)];
+        let rest = Rest::of(&warm, 2000, &half(2000));
+        assert_eq!(
+            (rest.early_bytes, rest.late_bytes, rest.in_flight_bytes),
+            (2000, 0, 1000)
+        );
+        assert!(rest.settled());
+        let little = Rest {
+            allocations: MIN_SETTLED_ALLOCATIONS - 1,
+            ..rest
+        };
+        assert!(!little.settled(), "too little activity to tell");
+        // A cache that keeps its newest 16 entries: all late, none growing.
+        let newest: Vec<(Block, bool)> = (0..16).map(|i| nth(1700 + i * 10, 1000)).collect();
+        assert!(Rest::of(&newest, 2000, &half(16_000)).settled());
+        // A block kept per request, all along: twice what was live at half-way.
+        let growing: Vec<(Block, bool)> = (1..=20).map(|i| nth(i * 95, 1000)).collect();
+        assert!(!Rest::of(&growing, 2000, &half(10_000)).settled());
+    }
+
     #[test]
     fn steady_growth_is_a_candidate_and_a_step_is_not() {
         let s = 1_000_000_000;
         let mut steady: Vec<(u64, u64)> = (0..20).map(|i| (i * s, 100)).collect();
-        let (slope, r2) = growth(&mut steady);
+        let (slope, r2) = growth(&mut steady, 1e9);
         assert!((slope - 100.0).abs() < 1.0, "{slope}");
         assert!(r2 > 0.99, "{r2}");
         let mut step: Vec<(u64, u64)> = (0..20).map(|_| (5 * s, 100)).collect();
-        assert_eq!(growth(&mut step), (0.0, 0.0));
+        assert_eq!(growth(&mut step, 1e9), (0.0, 0.0));
     }
 }

@@ -9,11 +9,7 @@
 //!   over the live ones, `findings` (preset-free, by call site, with growth),
 //!   `verdict_kind`, `missing_signals`. Other fields keep their meaning.
 //!
-//! The verdict is decided in this order: session states when the recording has
-//! sessions (a leaked session is a leak; an undecidable one makes the verdict
-//! undecided unless another one leaked); else the findings (the top leak
-//! candidate); else "no leak" only when the recording is long enough to have
-//! seen growth ([`MIN_DECIDE_S`]).
+//! The verdict's rules are in [`crate::verdict`].
 
 use serde::Serialize;
 
@@ -21,17 +17,8 @@ use crate::attribute::Category;
 use crate::sessions::SessionState;
 use crate::sites::Site;
 use crate::timeline::Timeline;
-use crate::units::bytes;
 
 pub const FORMAT_VERSION: u32 = 2;
-
-/// Below this, a recording without sessions or growing sites is too short to
-/// say that nothing grows.
-pub const MIN_DECIDE_S: f64 = 10.0;
-
-/// Live sessions idle this long (and for at least half the recording) may never
-/// be reclaimed (no keep-alive): the verdict cannot call them fine.
-pub const LONG_IDLE_S: f64 = 30.0;
 
 /// Findings listed in `summary.json` at most.
 const MAX_FINDINGS: usize = 20;
@@ -172,7 +159,7 @@ pub struct Finding {
     pub bytes_per_event: Option<PerEvent>,
     /// How long the oldest of its blocks has been live at the end.
     pub oldest_age_s: f64,
-    /// Grows linearly over most of the recording: see `sites::Site::is_leak_candidate`.
+    /// Keeps a block (or a fixed group) per request or event: see `sites::Site::is_leak_candidate`.
     pub leak_candidate: bool,
 }
 
@@ -272,7 +259,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         verdict_kind: VerdictKind::Undecided,
         verdict: String::new(),
     };
-    (summary.verdict_kind, summary.verdict) = verdict(&summary, timeline);
+    (summary.verdict_kind, summary.verdict) = crate::verdict::verdict(&summary, timeline);
     summary
 }
 
@@ -295,139 +282,9 @@ fn findings(timeline: &Timeline) -> Vec<Finding> {
                 bytes: site.retained_bytes / births,
             }),
             oldest_age_s: timeline.end_ns.saturating_sub(site.first_alloc_ns) as f64 / 1e9,
-            leak_candidate: site.is_leak_candidate(timeline.start_ns, timeline.end_ns),
+            leak_candidate: site.is_leak_candidate(),
         })
         .collect()
-}
-
-/// The report's first line, in plain words, and its kind.
-fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) {
-    let s = &summary.sessions;
-    let st = s.states;
-    let caveat = caveat(summary);
-    let candidate = timeline
-        .sites
-        .iter()
-        .filter(|site| site.is_leak_candidate(timeline.start_ns, timeline.end_ns))
-        .max_by_key(|site| site.retained_bytes);
-    if s.count > 0 {
-        if st.leaked > 0 {
-            let total_retained: u64 = summary.categories.iter().map(|c| c.retained_bytes).sum();
-            let top = summary
-                .categories
-                .iter()
-                .max_by_key(|c| c.retained_bytes)
-                .expect("every category is listed");
-            let share = 100.0 * top.retained_bytes as f64 / total_retained.max(1) as f64;
-            let site = timeline
-                .sites
-                .iter()
-                .find(|site| site.category.name() == top.name && site.session_bytes > 0)
-                .map(describe_site)
-                .unwrap_or_default();
-            return (
-                VerdictKind::Leak,
-                format!(
-                    "{} of {} sessions are still in the map after their worker ended (leaked); each retains {} (p50), {share:.0}% of it {site}({}){caveat}.",
-                    st.leaked,
-                    s.count,
-                    bytes(s.retained_bytes.p50),
-                    top.name
-                ),
-            );
-        }
-        if st.unknown > 0 {
-            let why = if summary.missing_signals.is_empty() {
-                "their map entry's memory was not identified (no allocation matched the session-map rules)".to_owned()
-            } else {
-                format!("missing signals: {}", summary.missing_signals.join("; "))
-            };
-            return (
-                VerdictKind::Undecided,
-                format!(
-                    "{} of {} sessions could not be decided ({why}); {} closed, {} live, none seen leaking{caveat}.",
-                    st.unknown, s.count, st.closed, st.live
-                ),
-            );
-        }
-        let idle = s.live_idle_s.p50;
-        if st.live > 0 && idle >= LONG_IDLE_S && idle >= summary.duration_s / 2.0 {
-            return (
-                VerdictKind::Undecided,
-                format!(
-                    "{} of {} sessions are still in the map with their worker running, idle for {idle:.0} s (p50) and holding {} each (p50); {} closed. If the server has no session keep-alive (rmcp's default before 1.4.0), abandoned sessions are never reclaimed: record past the keep-alive to tell{caveat}.",
-                    st.live,
-                    s.count,
-                    bytes(s.live_bytes.p50),
-                    st.closed
-                ),
-            );
-        }
-        let live = if st.live > 0 {
-            format!(
-                "; {} still live (worker running, idle {idle:.1} s p50), holding {} each (p50)",
-                st.live,
-                bytes(s.live_bytes.p50)
-            )
-        } else {
-            String::new()
-        };
-        let mut text = format!(
-            "{} of {} sessions left the map (closed){live}: no session retains memory after its worker ended",
-            st.closed, s.count
-        );
-        if let Some(site) = candidate {
-            text.push_str(&format!(
-                "; but {} outside sessions (see findings)",
-                describe_growth(site)
-            ));
-            return (VerdictKind::Leak, format!("{text}{caveat}."));
-        }
-        return (VerdictKind::NoLeak, format!("{text}{caveat}."));
-    }
-    let no_sessions = if summary.missing_signals.is_empty() {
-        "No session lifecycle was recorded".to_owned()
-    } else {
-        "No session lifecycle was recorded (the preset matched no lifecycle function)".to_owned()
-    };
-    if let Some(site) = candidate {
-        return (
-            VerdictKind::Leak,
-            format!(
-                "{no_sessions}. Top leak candidate: {}{caveat}.",
-                describe_growth(site)
-            ),
-        );
-    }
-    if summary.duration_s < MIN_DECIDE_S {
-        return (
-            VerdictKind::Undecided,
-            format!(
-                "{no_sessions}, and {:.1} s is too short to tell growth from warm-up: record at least a minute under steady load (e.g. `leakscope-probe attach --pid PID --duration 2m`){caveat}.",
-                summary.duration_s
-            ),
-        );
-    }
-    let live: u64 = timeline.sites.iter().map(|s| s.retained_bytes).sum();
-    (
-        VerdictKind::NoLeak,
-        format!(
-            "{no_sessions}; no call site grows steadily: {} allocated during the recording is still live in {} sites, none growing linearly{caveat}.",
-            bytes(live),
-            timeline.sites.len()
-        ),
-    )
-}
-
-/// What lost events do to the figures, when there were any.
-fn caveat(summary: &Summary) -> String {
-    if summary.events.lost == 0 {
-        return String::new();
-    }
-    format!(
-        " ({} events were lost: a lost free makes a block look live, a lost allocation hides one)",
-        summary.events.lost
-    )
 }
 
 /// Library frames a reader skips to find the code that asked for the memory.
@@ -445,16 +302,18 @@ const LIBRARY_PREFIXES: &[&str] = &[
 /// Trait impls of the standard library (`<u8 as alloc::vec::...>::from_elem`).
 const LIBRARY_IMPLS: &[&str] = &[" as alloc::", " as core::", " as std::", " as hashbrown::"];
 
-/// The innermost frame of the program itself: not the standard library or its
-/// collections, and not an inlined frame's bare short name; the innermost frame
-/// when none qualifies. Names, innermost first.
+/// The innermost frame of the program itself: not the allocator (a
+/// `#[global_allocator]` of any kind, rustc's shims), not the standard library
+/// or its collections, and not an inlined frame's bare short name; the
+/// innermost frame when none qualifies. Names, innermost first.
 pub fn own_frame<'a>(frames: impl IntoIterator<Item = &'a str> + Clone) -> Option<&'a str> {
     let candidate = |name: &&str| {
         let short = short_name(name);
         !short.is_empty()
-            && !short.starts_with(['{', '<', ':'])
+            && !short.starts_with(['{', ':'])
             && !LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p))
             && !LIBRARY_IMPLS.iter().any(|p| name.contains(p))
+            && !crate::sites::is_allocator_frame(name)
     };
     // A full path first (inlined frames carry bare short names), then any.
     frames
@@ -477,35 +336,25 @@ pub fn site_name(site: &Site) -> String {
         .unwrap_or_else(|| "[unknown stack]".into())
 }
 
-/// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s".
-fn describe_growth(site: &Site) -> String {
-    let name = site_name(site);
-    format!(
-        "`{name}` keeps {} in {} blocks allocated during the recording and never freed, growing at {}/s",
-        bytes(site.retained_bytes),
-        site.blocks,
-        bytes(site.growth_bytes_per_s.max(0.0) as u64)
-    )
-}
-
-/// "allocated by `rule frame` -> `its callee` " for a site.
-fn describe_site(site: &Site) -> String {
-    let Some(index) = site.decided_by else {
-        return String::new();
-    };
-    let outer = short_name(&site.frames[index].function);
-    match index
-        .checked_sub(1)
-        .map(|i| short_name(&site.frames[i].function))
-    {
-        Some(inner) => format!("allocated by `{outer}` -> `{inner}` "),
-        None => format!("allocated by `{outer}` "),
-    }
-}
-
 /// A function name without its generic arguments, for prose (`->` inside them
-/// is not a closing bracket).
+/// is not a closing bracket). A qualified name keeps its self type and trait:
+/// `<my::Handler as rmcp::ServerHandler>::call_tool`.
 pub fn short_name(name: &str) -> String {
+    if name.starts_with('<')
+        && let Some(close) = matching_close(name)
+    {
+        let inner = &name[1..close];
+        let inner = match top_level_split(inner, " as ") {
+            Some((ty, tr)) => format!("{} as {}", without_generics(ty), without_generics(tr)),
+            None => without_generics(inner),
+        };
+        return format!("<{inner}>{}", without_generics(&name[close + 1..]));
+    }
+    without_generics(name)
+}
+
+/// `name` with every `<...>` taken out.
+fn without_generics(name: &str) -> String {
     let mut depth = 0i32;
     let mut out = String::new();
     let mut previous = ' ';
@@ -521,6 +370,44 @@ pub fn short_name(name: &str) -> String {
     out
 }
 
+/// The index of the `>` that closes the `<` `name` starts with.
+fn matching_close(name: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    let mut previous = ' ';
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if previous != '-' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+        previous = c;
+    }
+    None
+}
+
+/// `text` split at the first `separator` outside any `<...>`.
+fn top_level_split<'a>(text: &'a str, separator: &str) -> Option<(&'a str, &'a str)> {
+    let mut depth = 0i32;
+    let mut previous = ' ';
+    for (i, c) in text.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if previous != '-' => depth -= 1,
+            _ if depth == 0 && text[i..].starts_with(separator) => {
+                return Some((&text[..i], &text[i + separator.len()..]));
+            }
+            _ => {}
+        }
+        previous = c;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::percentile;
@@ -533,6 +420,37 @@ mod tests {
             super::short_name("{async_block#0}<fn(u8) -> x::Y<u8>, z>"),
             "{async_block#0}"
         );
+    }
+
+    #[test]
+    fn qualified_names_keep_their_type_and_trait() {
+        assert_eq!(
+            super::short_name("<my::Handler<u8> as rmcp::ServerHandler>::call_tool<T>"),
+            "<my::Handler as rmcp::ServerHandler>::call_tool"
+        );
+        assert_eq!(super::short_name("<my::Cache>::get"), "<my::Cache>::get");
+    }
+
+    /// A `#[global_allocator]` wrapper of the program's own is the allocator,
+    /// not the site: the site is the code that asked (`render`).
+    #[test]
+    fn own_frames_skip_any_global_allocator() {
+        let frames = [
+            "<my_server::Counting as core::alloc::global::GlobalAlloc>::alloc",
+            "__rustc::__rust_alloc",
+            "alloc::alloc::alloc",
+            "alloc_impl_runtime",
+            "<alloc::raw_vec::RawVecInner>::try_allocate_in",
+            "<tikv_jemallocator::Jemalloc as core::alloc::global::GlobalAlloc>::alloc",
+            "my_server::render",
+            "main",
+        ];
+        assert_eq!(
+            super::own_frame(frames.iter().copied()),
+            Some("my_server::render")
+        );
+        let handler = ["<my::Handler as rmcp::handler::server::ServerHandler>::call_tool"];
+        assert_eq!(super::own_frame(handler.iter().copied()), Some(handler[0]));
     }
 
     #[test]

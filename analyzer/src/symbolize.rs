@@ -4,6 +4,15 @@
 //! so symbolization needs the same files, not the live process. blazesym reads
 //! the symbols and DWARF (inline frames included); results are cached per address.
 //!
+//! **Names with their path.** A build with line tables only (`debug =
+//! "line-tables-only"`, what profiling builds use) names functions in DWARF by
+//! their bare name (`remember`, `{closure#0}`, `with_capacity_in<u8>`), with no
+//! module path. So the function an address is in takes its full name from the
+//! ELF symbol table, and an inlined frame's bare name reads with its module's
+//! path ([`ModulePaths`], from its source file: `alloc::raw_vec::
+//! with_capacity_in`, `leakscope_fixtures::cache::handle`). A site is then named
+//! by the program's own code, not by the standard library it inlined.
+//!
 //! A file is used only if it is the one the target ran: when the recording has
 //! its build-id, the file here must have the same one. A rebuilt binary would
 //! otherwise give wrong names, so wrong categories and a wrong verdict; its
@@ -25,9 +34,17 @@ pub struct Frame {
     pub location: Option<String>,
 }
 
+/// A frame as blazesym gave it, with the source file its code is in.
+struct Resolved {
+    function: String,
+    location: Option<String>,
+    path: Option<std::path::PathBuf>,
+}
+
 pub struct Symbolizer {
     mappings: Vec<Mapping>,
     blaze: Blaze,
+    modules: ModulePaths,
     cache: HashMap<u64, Vec<Frame>>,
     /// Per file: why it cannot be used (`None`: it can).
     files: HashMap<String, Option<String>>,
@@ -46,6 +63,7 @@ impl Symbolizer {
         Self {
             mappings: Vec::new(),
             blaze: Blaze::new(),
+            modules: ModulePaths::default(),
             cache: HashMap::new(),
             files: HashMap::new(),
             unmatched: BTreeMap::new(),
@@ -75,7 +93,23 @@ impl Symbolizer {
                     .entry(mapping.path.clone())
                     .or_insert_with(|| why.clone());
             }
-            let frames = self.resolve(ip);
+            let frames: Vec<Frame> = self
+                .resolve(ip)
+                .into_iter()
+                .map(|frame| {
+                    let module = frame
+                        .path
+                        .filter(|_| !has_path(&frame.function))
+                        .and_then(|path| self.modules.of(&path));
+                    Frame {
+                        function: match module {
+                            Some(module) => format!("{module}::{}", frame.function),
+                            None => frame.function,
+                        },
+                        location: frame.location,
+                    }
+                })
+                .collect();
             self.cache.insert(ip, frames);
         }
         &self.cache[&ip]
@@ -88,11 +122,12 @@ impl Symbolizer {
             .collect()
     }
 
-    fn resolve(&self, ip: u64) -> Vec<Frame> {
+    fn resolve(&self, ip: u64) -> Vec<Resolved> {
         let unknown = || {
-            vec![Frame {
+            vec![Resolved {
                 function: format!("{ip:#x}"),
                 location: None,
+                path: None,
             }]
         };
         let Some(mapping) = self.mappings.iter().find(|m| m.contains(ip)) else {
@@ -112,24 +147,172 @@ impl Symbolizer {
                 let location = |info: Option<&blazesym::symbolize::CodeInfo<'_>>| {
                     info.map(|c| format!("{}:{}", c.file.to_string_lossy(), c.line.unwrap_or(0)))
                 };
-                let mut frames: Vec<Frame> = sym
+                let path = |info: Option<&blazesym::symbolize::CodeInfo<'_>>| {
+                    info.map(|c| c.to_path().into_owned())
+                };
+                let mut frames: Vec<Resolved> = sym
                     .inlined
                     .iter()
                     .rev()
-                    .map(|f| Frame {
+                    .map(|f| Resolved {
                         function: demangle(&f.name),
                         location: location(f.code_info.as_ref()),
+                        path: path(f.code_info.as_ref()),
                     })
                     .collect();
-                frames.push(Frame {
-                    function: demangle(&sym.name),
+                let mut function = demangle(&sym.name);
+                if !has_path(&function)
+                    && let Some(full) = self.symbol_table_name(&mapping.path, offset)
+                {
+                    function = full;
+                }
+                frames.push(Resolved {
+                    function,
                     location: location(sym.code_info.as_deref()),
+                    path: path(sym.code_info.as_deref()),
                 });
                 frames
             }
             _ => unknown(),
         }
     }
+
+    /// The ELF symbol table's name of the function at `offset` of `file`:
+    /// its full path, which DWARF with line tables only does not give.
+    fn symbol_table_name(&self, file: &str, offset: u64) -> Option<String> {
+        let mut elf = Elf::new(file);
+        elf.debug_syms = false;
+        let results = self
+            .blaze
+            .symbolize(&Source::Elf(elf), Input::FileOffset(&[offset]))
+            .ok()?;
+        match results.into_iter().next()? {
+            Symbolized::Sym(sym) => Some(demangle(&sym.name)),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a demangled name carries a module path (`a::b`, `<a::T as b::U>::f`)
+/// outside its generic arguments.
+fn has_path(name: &str) -> bool {
+    let mut depth = 0i32;
+    let mut previous = ' ';
+    let mut colons = 0;
+    for c in name.chars() {
+        match c {
+            '<' if depth == 0 && previous == ' ' && colons == 0 => {
+                // A qualified name: `<T as Trait>::f` names its type.
+                return true;
+            }
+            '<' => depth += 1,
+            '>' if previous != '-' => depth -= 1,
+            ':' if depth == 0 => {
+                colons += 1;
+                if colons == 2 {
+                    return true;
+                }
+            }
+            _ => colons = 0,
+        }
+        previous = c;
+    }
+    false
+}
+
+/// The module path of a source file, for the bare names DWARF gives inlined
+/// functions: from where cargo and rustup put sources
+/// (`.../rustc/HASH/library/alloc/src/raw_vec/mod.rs` is `alloc::raw_vec`,
+/// `.../registry/src/INDEX/tokio-1.48.0/src/sync/mpsc/bounded.rs` is
+/// `tokio::sync::mpsc::bounded`), or from the package's `Cargo.toml` beside
+/// its `src/` (a workspace's own crates). `None` when neither tells.
+#[derive(Default)]
+pub struct ModulePaths {
+    known: HashMap<std::path::PathBuf, Option<String>>,
+}
+
+impl ModulePaths {
+    pub fn of(&mut self, file: &Path) -> Option<String> {
+        if let Some(known) = self.known.get(file) {
+            return known.clone();
+        }
+        let found = module_path(file);
+        self.known.insert(file.to_owned(), found.clone());
+        found
+    }
+}
+
+fn module_path(file: &Path) -> Option<String> {
+    let components: Vec<&str> = file.iter().filter_map(|c| c.to_str()).collect();
+    // The last `src` directory: what follows is the module tree.
+    let src = components.iter().rposition(|c| *c == "src")?;
+    if src == 0 {
+        return None;
+    }
+    let package_dir = components[src - 1];
+    let krate = if src >= 2 && components[src - 2] == "library" {
+        // rustup's standard library sources: library/<crate>/src.
+        package_dir.to_owned()
+    } else if let Some(name) = registry_crate(package_dir) {
+        name
+    } else {
+        let root: std::path::PathBuf = file.iter().take(src).collect();
+        package_name(&root.join("Cargo.toml"))?
+    };
+    let mut modules: Vec<&str> = components[src + 1..].to_vec();
+    let last = modules.pop()?;
+    let stem = last.strip_suffix(".rs")?;
+    // src/bin/x.rs is crate x; src/main.rs and src/lib.rs the crate root.
+    let krate = match modules.as_slice() {
+        ["bin"] => {
+            modules.clear();
+            return Some(stem.replace('-', "_"));
+        }
+        _ => krate,
+    };
+    if !matches!(stem, "mod" | "lib" | "main") {
+        modules.push(stem);
+    }
+    let mut path = krate.replace('-', "_");
+    for module in modules {
+        path.push_str("::");
+        path.push_str(module);
+    }
+    Some(path)
+}
+
+/// `tokio-1.48.0` (a registry or git checkout's directory) is crate `tokio`.
+fn registry_crate(dir: &str) -> Option<String> {
+    let (name, version) = dir.rsplit_once('-')?;
+    let numeric = version.split('.').count() >= 3
+        && version
+            .split(['.', '-', '+'])
+            .next()
+            .is_some_and(|major| major.parse::<u64>().is_ok());
+    (numeric && !name.is_empty()).then(|| name.to_owned())
+}
+
+/// The `[package] name` of a `Cargo.toml`, if it is a regular file here.
+fn package_name(manifest: &Path) -> Option<String> {
+    if !manifest.is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let mut in_package = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+            continue;
+        }
+        if in_package
+            && let Some(value) = line.strip_prefix("name")
+            && let Some(value) = value.trim_start().strip_prefix('=')
+        {
+            return Some(value.trim().trim_matches('"').to_owned());
+        }
+    }
+    None
 }
 
 /// Why the file behind `mapping` cannot be used here, or `None` when it can.
@@ -158,6 +341,41 @@ fn check_file(mapping: &Mapping) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_names_and_paths() {
+        assert!(!has_path("with_capacity_in<u8, alloc::alloc::Global>"));
+        assert!(!has_path("{closure#0}"));
+        assert!(has_path("leakscope_fixtures::cache::remember"));
+        assert!(has_path("<alloc::vec::Vec<u8>>::push"));
+        assert!(has_path(
+            "<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem"
+        ));
+    }
+
+    #[test]
+    fn module_paths_from_where_sources_are() {
+        let of = |p: &str| module_path(Path::new(p));
+        assert_eq!(
+            of("/rustc/59807616e1fa/library/alloc/src/raw_vec/mod.rs").as_deref(),
+            Some("alloc::raw_vec")
+        );
+        assert_eq!(
+            of("/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.48.0/src/sync/mpsc/bounded.rs").as_deref(),
+            Some("tokio::sync::mpsc::bounded")
+        );
+        assert_eq!(
+            of("/x/.cargo/registry/src/i/tikv-jemallocator-0.7.0/src/lib.rs").as_deref(),
+            Some("tikv_jemallocator")
+        );
+        // This crate's own sources, named from its Cargo.toml.
+        let here = concat!(env!("CARGO_MANIFEST_DIR"), "/src/sites.rs");
+        assert_eq!(of(here).as_deref(), Some("leakscope_analyzer::sites"));
+        let bin = concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/leakscope.rs");
+        assert_eq!(of(bin).as_deref(), Some("leakscope"));
+        assert_eq!(of("/nowhere/src/x.rs"), None);
+        assert_eq!(of("relative.rs"), None);
+    }
 
     #[inline(never)]
     fn a_function_to_find() -> u64 {

@@ -38,6 +38,8 @@ pub struct Session {
     pub state: SessionState,
     /// How long it had done nothing at the end (no birth, no worker poll since).
     pub idle_ns: u64,
+    /// Polls of its worker seen ([`crate::sessions::SessionLife::polls`]).
+    pub polls: u32,
 }
 
 pub struct Timeline {
@@ -57,6 +59,9 @@ pub struct Timeline {
     pub worker_ends_s: Vec<f64>,
     /// Live blocks at the end grouped by stack: most session-retained bytes first.
     pub sites: Vec<Site>,
+    /// What survives of the recording's allocations, by when in the target's
+    /// activity it was allocated (a warm-up's rest, or growth).
+    pub rest: crate::sites::Rest,
     /// Every stack's allocations and live blocks, for the pprof output.
     pub profile: HeapProfile,
     /// Time zero of the application's own trace (`tracing-chrome`), if the
@@ -240,6 +245,7 @@ impl Builder {
         self.allocated.add(stack, session, size);
         let block = Block {
             ts,
+            seq: 0,
             size,
             category,
             stack,
@@ -261,7 +267,8 @@ impl Builder {
         let end_ns = self.last_ns;
         let start_ns = self.start_ns.unwrap_or(end_ns);
         let totals = self.books.finish(end_ns, &self.sessions);
-        let sites = crate::sites::sites(&totals.live, &mut self.stacks);
+        let sites = crate::sites::sites(&totals.live, totals.allocs, &mut self.stacks);
+        let rest = crate::sites::Rest::of(&totals.live, totals.allocs, &totals.samples);
         // Saturating: a producer's timestamps need not be monotonic in record order.
         let to_s = |ts: &u64| ts.saturating_sub(start_ns) as f64 / 1e9;
         let worker_ends_s = self.sessions.worker_ends().iter().map(to_s).collect();
@@ -291,6 +298,7 @@ impl Builder {
                     },
                 ),
                 idle_ns: end_ns.saturating_sub(life.last_active_ns),
+                polls: life.polls,
                 id: life.id,
                 born_ns: life.born_ns,
                 worker_end_ns: life.worker_end_ns,
@@ -313,6 +321,15 @@ impl Builder {
         if let Tail::Torn { offset, reason } = &tail {
             warnings.push(format!(
                 "the recording is truncated at byte {offset} ({reason}); reporting its readable prefix"
+            ));
+        }
+        if header.frame_pointers == leakscope_recording::FramePointers::Omitted
+            && header.producer == leakscope_recording::Producer::Ebpf
+        {
+            warnings.push(format!(
+                "{} was built without frame pointers (read from its code): its stacks stop after a frame or two, so sites are named by the few frames there are; sessions, totals and the verdict do not need stacks. Rebuild with {} for full stacks",
+                header.exe,
+                leakscope_recording::frame_pointers::FIX
             ));
         }
         for (file, why) in self.stacks.unmatched_files() {
@@ -340,6 +357,7 @@ impl Builder {
             categories: totals.categories,
             samples: totals.samples,
             sites,
+            rest,
             profile,
             trace_origin_ns: self.trace_origin_ns,
             grace_ns: self.grace_ns,

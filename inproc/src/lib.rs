@@ -44,8 +44,10 @@
 //!   file I/O) outside it.
 //! * **Order.** A free is recorded *before* the block goes back, an allocation
 //!   *after* it is made, so a reused address never appears live twice.
-//! * Stacks are walked by frame pointer (build with `-C force-frame-pointers=yes`),
-//!   within the thread's stack bounds.
+//! * Stacks are walked by frame pointer, within the thread's stack bounds. A
+//!   program built without frame pointers (read from its code at start) has
+//!   its stacks unwound with `_Unwind_Backtrace` instead, as dhat does: slower,
+//!   but the sites are still the program's functions.
 //! * **Not the application's.** What the recorder, its writer thread and the
 //!   session layer allocate for themselves comes straight from `System`: it is
 //!   neither recorded nor counted by dhat.

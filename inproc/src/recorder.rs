@@ -12,8 +12,8 @@ use anyhow::{Context, Result, bail};
 
 use leakscope_recording::target::Target;
 use leakscope_recording::{
-    AllocLayer, EndReason, Header, LostReason, Phase, Producer, Record, RecordingWriter, ScopeKind,
-    SessionFact, Settings, monotonic_ns,
+    AllocLayer, EndReason, FramePointers, Header, LostReason, Phase, Producer, Record,
+    RecordingWriter, ScopeKind, SessionFact, Settings, monotonic_ns,
 };
 
 use super::stack::{DEPTH, walk};
@@ -287,7 +287,23 @@ impl Recorder {
             .map(|s| format!("`{}` ({})", s.name, s.id_field))
             .collect::<Vec<_>>()
             .join(" and ");
-        let header = Header::new(
+        // What the program's code keeps of frame pointers decides how stacks
+        // are walked. Read with the recorder's own allocator (System): the
+        // executable's bytes are not the application's memory.
+        let (frame_pointers, _) = untracked(|| {
+            std::fs::read("/proc/self/exe")
+                .map(|elf| leakscope_recording::frame_pointers::frame_pointers(&elf))
+                .unwrap_or_default()
+        });
+        let mut notes = vec![];
+        if frame_pointers == FramePointers::Omitted {
+            super::stack::unwind_instead();
+            notes.push(
+                "stacks: unwound with _Unwind_Backtrace (the executable was built without frame pointers)"
+                    .to_owned(),
+            );
+        }
+        let mut header = Header::new(
             Producer::InProcess,
             format!("leakscope-inproc {}", env!("CARGO_PKG_VERSION")),
             &target,
@@ -299,9 +315,10 @@ impl Recorder {
                 scope_probes: vec![format!("session-span: tracing spans {spans}")],
                 missing_scopes: vec![],
                 scope_functions: vec![],
-                notes: vec![],
+                notes,
             },
         );
+        header.frame_pointers = frame_pointers;
         let mut writer = RecordingWriter::create(&path, &header)
             .with_context(|| format!("cannot create {}", path.display()))?;
         for mapping in target.mappings {

@@ -1,7 +1,22 @@
-//! Frame-pointer stack walking that never allocates and never faults: every frame
-//! address must lie inside the current thread's stack and grow towards its base.
+//! Stack walking inside the allocator. By frame pointer, which never allocates
+//! and never faults: every frame address must lie inside the current thread's
+//! stack and grow towards its base. A program built without frame pointers (a
+//! plain `cargo build --release`) leaves any value in `rbp`, so its stacks
+//! would stop at once; there the walk unwinds instead ([`unwind_instead`]),
+//! through the DWARF unwind tables with `_Unwind_Backtrace`, as dhat does: a
+//! few microseconds a call, only where frame pointers are missing.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The program has no frame pointers: walks unwind (see the module docs).
+static UNWIND: AtomicBool = AtomicBool::new(false);
+
+/// Walk by unwinding from now on (the recorder calls it at start when the
+/// executable's code keeps no frame pointers).
+pub fn unwind_instead() {
+    UNWIND.store(true, Ordering::Relaxed);
+}
 
 pub const DEPTH: usize = 24;
 
@@ -39,6 +54,9 @@ fn bounds() -> (u64, u64) {
 /// Return addresses of the current call stack, innermost first; returns how many.
 #[inline(never)]
 pub fn walk(frames: &mut [u64; DEPTH]) -> usize {
+    if UNWIND.load(Ordering::Relaxed) {
+        return unwind(frames);
+    }
     let (low, high) = bounds();
     if high == 0 {
         return 0;
@@ -64,6 +82,34 @@ pub fn walk(frames: &mut [u64; DEPTH]) -> usize {
             break;
         }
         fp = next;
+    }
+    n
+}
+
+/// [`walk`] by the unwind tables: for code without frame pointers. The caller
+/// holds the recorder's re-entry guard, so what the unwinder allocates for
+/// itself (glibc may, the first time it reads a library's tables) is neither
+/// recorded nor walked again.
+#[inline(never)]
+fn unwind(frames: &mut [u64; DEPTH]) -> usize {
+    // The walk's own frames come first: which ones the unwinder reports
+    // differs with inlining, so none is skipped here; the analyzer trims the
+    // recorder's and the unwinder's frames (`backtrace::*`,
+    // `leakscope_inproc::*`) by name.
+    let mut n = 0usize;
+    // SAFETY: `trace_unsynchronized` requires that no other thread unwinds
+    // through backtrace's own synchronized API at the same time with state
+    // we share; the callback only writes into our own array.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let ip = frame.ip() as u64;
+            if ip == 0 {
+                return false;
+            }
+            frames[n] = ip;
+            n += 1;
+            n < DEPTH
+        });
     }
     n
 }

@@ -96,16 +96,38 @@ pub const TRAMPOLINE_SLOT_MARK: u64 = 1 << 63;
 /// probe one kind's functions both ways).
 pub const SCOPE_RETURNS: u32 = 1 << 31;
 
-/// The uprobe cookie of a lifecycle function: its scope kind's index, and
-/// whether it has a return probe.
-pub const fn scope_cookie(kind: u32, returns: bool) -> u64 {
-    (if returns { kind | SCOPE_RETURNS } else { kind }) as u64
+/// Where a lifecycle function's uprobe cookie keeps which argument its entry
+/// sends (0 to 5: rdi, rsi, rdx, rcx, r8, r9), in the bits above the kind.
+///
+/// Why not always the first: a function that returns a large value (an async
+/// block's poll returning `Poll<Result<(), WorkerQuitReason>>`) takes a hidden
+/// pointer to the return slot as its first argument, so `self` (the future,
+/// inside its task's cell) is the second.
+pub const SCOPE_ARG_SHIFT: u32 = 8;
+
+/// Bits of the scope kind's index in a cookie.
+pub const SCOPE_KIND_MASK: u32 = 0xff;
+
+/// The uprobe cookie of a lifecycle function: its scope kind's index, which
+/// argument its entry sends, and whether it has a return probe.
+pub const fn scope_cookie(kind: u32, returns: bool, arg: u32) -> u64 {
+    let cookie = (kind & SCOPE_KIND_MASK) | ((arg & 0xf) << SCOPE_ARG_SHIFT);
+    (if returns {
+        cookie | SCOPE_RETURNS
+    } else {
+        cookie
+    }) as u64
 }
 
 /// A [`ScopeRecord::scope`] split into the scope kind's index and whether its
 /// function has a return probe.
 pub const fn split_scope(scope: u32) -> (u32, bool) {
-    (scope & !SCOPE_RETURNS, scope & SCOPE_RETURNS != 0)
+    (scope & SCOPE_KIND_MASK, scope & SCOPE_RETURNS != 0)
+}
+
+/// Which argument a scope's entry sends (see [`SCOPE_ARG_SHIFT`]).
+pub const fn scope_arg(scope: u32) -> u32 {
+    (scope >> SCOPE_ARG_SHIFT) & 0xf
 }
 
 /// Slots of the programs' `UPROBE_TRAMPOLINE` array map, which userspace fills
@@ -272,7 +294,8 @@ pub struct ScopeRecord {
     pub scope: u32,
     /// 0 = enter, 1 = exit.
     pub phase: u32,
-    /// First argument at entry; return value at exit.
+    /// The argument the cookie names at entry ([`scope_arg`], usually the
+    /// first); return value at exit.
     pub arg: u64,
     /// The stack pointer: at entry it points to the return address, at exit
     /// it is 8 above that (the return popped it).

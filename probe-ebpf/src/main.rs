@@ -31,7 +31,8 @@ mod programs {
     use leakscope_probe_ebpf::{
         ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, LOST_REASONS,
         LostReason, MAX_STACK_DEPTH, PHASE_ENTER, PHASE_EXIT, RecordHeader, RecordKind,
-        SCOPE_RETURNS, STACK_WINDOW_BYTES, ScopeRecord, TRAMPOLINE_SLOT_MARK, trampoline,
+        SCOPE_RETURNS, STACK_WINDOW_BYTES, ScopeRecord, TRAMPOLINE_SLOT_MARK, scope_arg,
+        trampoline,
     };
 
     /// Records to userspace. Sized by the loader (`--ring-buffer`).
@@ -618,8 +619,8 @@ mod programs {
         unsafe { bpf_get_attach_cookie(ctx_ptr) as u32 }
     }
 
-    /// Entry of an rmcp lifecycle function; the cookie names it, `arg` is its
-    /// first argument. A function with a return probe also sends its return
+    /// Entry of an rmcp lifecycle function; the cookie names it and which of
+    /// its arguments `arg` is. A function with a return probe also sends its return
     /// address, which the trampoline hides from stack walks while it runs
     /// (its probe is at the first instruction, so the word at the stack
     /// pointer is that address; other entries may be past the prologue).
@@ -633,8 +634,43 @@ mod programs {
         } else {
             0
         };
-        send_scope(scope, PHASE_ENTER, ctx.arg::<u64>(0).unwrap_or(0), sp, ret);
+        send_scope(
+            scope,
+            PHASE_ENTER,
+            argument(ctx.regs, scope_arg(scope)),
+            sp,
+            ret,
+        );
         0
+    }
+
+    /// Argument `index` (0 to 5) at a function's entry. Every register is
+    /// read, each with a volatile load at its own constant offset, and the
+    /// value is chosen after: the verifier refuses a read of the context at an
+    /// offset computed at run time, which is what reading only the one asked
+    /// for compiles to (LLVM folds the branches into one load).
+    #[inline(always)]
+    fn argument(regs: *mut aya_ebpf::bindings::pt_regs, index: u32) -> u64 {
+        // SAFETY: uprobe programs may read their own context directly; every
+        // offset is a constant field of pt_regs.
+        let values = unsafe {
+            [
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rdi)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rsi)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rdx)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rcx)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).r8)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).r9)),
+            ]
+        };
+        match index {
+            0 => values[0],
+            1 => values[1],
+            2 => values[2],
+            3 => values[3],
+            4 => values[4],
+            _ => values[5],
+        }
     }
 
     #[uretprobe]

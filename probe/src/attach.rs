@@ -251,6 +251,12 @@ pub async fn attach(
         }
     }
     // Detach first so nothing new arrives, then take what is still buffered.
+    // The recording ends when detaching begins: what the probes still send
+    // while the last ones go is kept, but the time they take to go is not
+    // the target's (an idle session is not idle longer for it). The kernel
+    // waits for a grace period at every uprobe it removes, ~100 ms each here
+    // whether one thread or many drop them, so detaching 21 probes takes ~2 s.
+    let detached_at = monotonic_ns();
     let Loaded {
         ebpf,
         mut events,
@@ -266,7 +272,7 @@ pub async fn attach(
         capture.finish_calls_in_progress(monotonic_ns());
         let stats = capture.stats;
         capture.writer.finish(Record::End {
-            ts: monotonic_ns(),
+            ts: detached_at,
             reason: end,
         })?;
         Ok(stats)

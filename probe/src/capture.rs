@@ -916,7 +916,7 @@ mod tests {
     ) {
         let record = ScopeRecord {
             header: header(RecordKind::Scope, tid, 1),
-            scope: scope_cookie(kind as u32, returns) as u32,
+            scope: scope_cookie(kind as u32, returns, 0) as u32,
             phase,
             arg: 0,
             sp,

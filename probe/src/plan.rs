@@ -376,7 +376,11 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     let matches = scope_matches(exe, preset);
     for found in &matches {
         for function in &found.functions {
-            let cookie = Some(scope_cookie(found.kind as u32, found.returns));
+            let cookie = Some(scope_cookie(
+                found.kind as u32,
+                found.returns,
+                u32::from(found.arg),
+            ));
             let entry_offset = if found.returns {
                 0
             } else {
@@ -429,6 +433,8 @@ fn order_for_attach(probes: &mut [Probe]) {
 pub struct ScopeMatch<'a> {
     pub kind: ScopeKind,
     pub returns: bool,
+    /// Which argument the entry sends.
+    pub arg: u8,
     /// One per address, whichever of the rule's patterns matched it.
     pub functions: Vec<&'a Function>,
 }
@@ -449,6 +455,7 @@ pub fn scope_matches<'a>(exe: &'a ElfSymbols, preset: &Preset) -> Vec<ScopeMatch
             ScopeMatch {
                 kind: rule.kind,
                 returns: rule.returns,
+                arg: rule.arg,
                 functions,
             }
         })
@@ -494,10 +501,13 @@ mod tests {
     fn a_scope_cookie_carries_its_kind_and_whether_it_returns() {
         for kind in ScopeKind::ALL {
             for returns in [false, true] {
-                let (index, back) =
-                    leakscope_probe_ebpf::split_scope(scope_cookie(kind as u32, returns) as u32);
-                assert_eq!(ScopeKind::from_cookie(index), Some(kind));
-                assert_eq!(back, returns);
+                for arg in [0, 1, 5] {
+                    let cookie = scope_cookie(kind as u32, returns, arg) as u32;
+                    let (index, back) = leakscope_probe_ebpf::split_scope(cookie);
+                    assert_eq!(ScopeKind::from_cookie(index), Some(kind));
+                    assert_eq!(back, returns);
+                    assert_eq!(leakscope_probe_ebpf::scope_arg(cookie), arg);
+                }
             }
         }
     }

@@ -78,6 +78,18 @@ pub enum AllocLayer {
     RustShimsAndLibc,
 }
 
+impl AllocLayer {
+    /// The name the recording's JSON and reports use (`rust-shims-and-libc`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocLayer::Libc => "libc",
+            AllocLayer::RustShims => "rust-shims",
+            AllocLayer::GlobalAllocator => "global-allocator",
+            AllocLayer::RustShimsAndLibc => "rust-shims-and-libc",
+        }
+    }
+}
+
 /// How the producer was configured; copied into reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {

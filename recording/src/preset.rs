@@ -26,6 +26,55 @@ pub struct Preset {
     pub spans: Vec<SpanRule>,
     #[serde(rename = "event", default)]
     pub events: Vec<EventRule>,
+    /// What each release line does with an idle session by default: what a
+    /// report needs to say when sessions still live at the end will be reaped.
+    #[serde(rename = "release", default)]
+    pub releases: Vec<ReleaseRule>,
+}
+
+/// The defaults of a range of releases of the preset's library (rmcp).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRule {
+    /// The first release it covers (`1.4.0`); none: from the first.
+    pub from: Option<String>,
+    /// The first release it no longer covers; none: up to the newest.
+    pub until: Option<String>,
+    /// Seconds a session's worker waits idle before it ends; none: it never
+    /// ends on its own (an abandoned session lives as long as the server).
+    pub keep_alive_s: Option<u64>,
+    /// Seconds a new session's worker waits for `initialize`; none: forever
+    /// (a session whose client never initializes is never reaped).
+    pub init_timeout_s: Option<u64>,
+}
+
+impl ReleaseRule {
+    /// Whether `version` (`1.5.0`, `3.0.0-beta.1`) is in the range.
+    pub fn covers(&self, version: &str) -> bool {
+        let Some(v) = release_number(version) else {
+            return false;
+        };
+        self.from
+            .as_deref()
+            .and_then(release_number)
+            .is_none_or(|from| v >= from)
+            && self
+                .until
+                .as_deref()
+                .and_then(release_number)
+                .is_none_or(|until| v < until)
+    }
+}
+
+/// `major.minor.patch` of a release, pre-release tags aside.
+fn release_number(version: &str) -> Option<(u64, u64, u64)> {
+    let core = version.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    Some((
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+        parts.next().flatten().unwrap_or(0),
+    ))
 }
 
 /// A `tracing` event that announces a session's creation (in-process mode).
@@ -49,6 +98,11 @@ pub struct ScopeRule {
     pub patterns: Vec<String>,
     /// Also probe the return (a uretprobe): needed for windows, not for one-shot events.
     pub returns: bool,
+    /// Which argument the entry records (0: the first, up to 5). An async
+    /// block's poll that returns a large value takes the return slot first and
+    /// `self` second (`arg = 1`).
+    #[serde(default)]
+    pub arg: u8,
     /// The session model does without it (e.g. a function that is inlined in
     /// release builds); its absence is still reported, as optional.
     #[serde(default)]
@@ -81,6 +135,11 @@ impl Preset {
 
     pub fn parse(text: &str) -> Result<Self> {
         toml::from_str(text).map_err(|e| toml_error(text, &e))
+    }
+
+    /// The defaults of release `version`, if the preset knows them.
+    pub fn release(&self, version: &str) -> Option<&ReleaseRule> {
+        self.releases.iter().find(|r| r.covers(version))
     }
 
     /// The span rule for a span named `name`, if the preset has one.
@@ -121,6 +180,24 @@ mod tests {
         }
         assert!(preset.spans.iter().any(|s| s.worker), "a worker span");
         assert!(!preset.events.is_empty(), "the session-created event");
+    }
+
+    /// rmcp's defaults, from the releases' `SessionConfig` (docs/presets.md).
+    #[test]
+    fn each_rmcp_release_line_has_its_keep_alive() {
+        let preset = Preset::builtin();
+        let of = |v: &str| {
+            let r = preset.release(v).unwrap_or_else(|| panic!("{v}"));
+            (r.keep_alive_s, r.init_timeout_s)
+        };
+        assert_eq!(of("0.2.0"), (None, None));
+        assert_eq!(of("1.3.0"), (None, None));
+        assert_eq!(of("1.4.0"), (Some(300), None));
+        assert_eq!(of("1.5.0"), (Some(300), None));
+        assert_eq!(of("1.6.0"), (Some(300), Some(60)));
+        assert_eq!(of("3.0.0-beta.1"), (Some(300), Some(60)));
+        assert_eq!(of("3.11.0"), (Some(300), Some(60)));
+        assert!(preset.release("not a version").is_none());
     }
 
     #[test]

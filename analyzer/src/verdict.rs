@@ -1,0 +1,335 @@
+//! The verdict: `summary.json`'s `verdict_kind` and `verdict`, the report's
+//! first line. Every rule rests on something observed, never on silence
+//! (`docs/report.md` states them for readers):
+//!
+//! 1. Nothing was recorded: the allocator was not found (undecided).
+//! 2. With sessions: a leaked session (its map entry kept after its worker
+//!    ended) is a leak; an undecidable one makes the verdict undecided;
+//!    sessions still live at the end are never "no leak": either the release
+//!    reaps them later (undecided, and when: [`Reaping`]), or it never does
+//!    (a leak, and why). Only when every session left the map is it "no leak",
+//!    unless a site outside sessions grows.
+//! 3. Without sessions: a site that keeps a block per request or event (a
+//!    leak candidate, [`crate::sites::Site::is_leak_candidate`]) is a leak;
+//!    "no leak" when every byte allocated during the recording was freed, or
+//!    all but a bounded rest, no more than what was live half-way through
+//!    the activity ([`crate::sites::Rest::settled`]);
+//!    else undecided, with what a longer recording would tell.
+
+use leakscope_recording::preset::{Preset, ReleaseRule};
+
+use crate::sites::Site;
+use crate::summary::{Summary, VerdictKind, short_name, site_name};
+use crate::timeline::{SessionState, Timeline};
+use crate::units::bytes;
+
+/// What the release a recording's target was built with does with sessions
+/// still live at its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reaping {
+    /// It reaps a session idle this long (its default keep-alive). Without an
+    /// init timeout (`init_timeout_s` none), a session whose client never
+    /// sent `initialize` is not in its keep-alive loop and waits forever.
+    After {
+        version: String,
+        keep_alive_s: u64,
+        init_timeout_s: Option<u64>,
+    },
+    /// It has no keep-alive by default: an abandoned session's worker never ends.
+    Never { version: String },
+    /// The release is not known (no rmcp version in the binary, or one the
+    /// preset has no defaults for).
+    Unknown,
+}
+
+impl Reaping {
+    /// What the built-in preset says of rmcp `version`.
+    pub fn of(version: Option<&str>) -> Self {
+        let Some(version) = version else {
+            return Reaping::Unknown;
+        };
+        let preset = Preset::builtin();
+        match preset.release(version) {
+            Some(ReleaseRule {
+                keep_alive_s: Some(keep_alive_s),
+                init_timeout_s,
+                ..
+            }) => Reaping::After {
+                version: version.to_owned(),
+                keep_alive_s: *keep_alive_s,
+                init_timeout_s: *init_timeout_s,
+            },
+            Some(_) => Reaping::Never {
+                version: version.to_owned(),
+            },
+            None => Reaping::Unknown,
+        }
+    }
+}
+
+/// The report's first line, in plain words, and its kind.
+pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) {
+    let caveat = caveat(summary);
+    if summary.events.alloc == 0 && summary.events.free == 0 {
+        return (
+            VerdictKind::Undecided,
+            format!(
+                "No allocations were recorded: the allocator was not found (probed: {}), or the process made none while it was recorded{caveat}.",
+                timeline.header.settings.alloc_layer_reason
+            ),
+        );
+    }
+    let candidate = timeline
+        .sites
+        .iter()
+        .filter(|site| site.is_leak_candidate())
+        .max_by_key(|site| site.retained_bytes);
+    if summary.sessions.count > 0 {
+        return sessions_verdict(summary, timeline, candidate, &caveat);
+    }
+    let no_sessions = if summary.missing_signals.is_empty() {
+        "no rmcp sessions in this process"
+    } else {
+        "no rmcp sessions in this process: the preset matched no lifecycle function"
+    };
+    if let Some(site) = candidate {
+        return (
+            VerdictKind::Leak,
+            format!(
+                "Top leak candidate: {} ({no_sessions}){caveat}.",
+                describe_growth(site)
+            ),
+        );
+    }
+    let rest = timeline.rest;
+    let live: u64 = timeline.sites.iter().map(|s| s.retained_bytes).sum();
+    if live == 0 {
+        return (
+            VerdictKind::NoLeak,
+            format!(
+                "No leak: every byte allocated during the recording was freed ({} allocations, {} frees; {no_sessions}){caveat}.",
+                summary.events.alloc, summary.events.free
+            ),
+        );
+    }
+    if rest.settled() {
+        return (
+            VerdictKind::NoLeak,
+            format!(
+                "No leak: all but {} allocated during the recording was freed, and that rest is bounded: no more than the {} live half-way through the activity ({} more in flight at the end; {} sites; {no_sessions}){caveat}.",
+                bytes(rest.early_bytes + rest.late_bytes),
+                bytes(rest.live_at_half),
+                bytes(rest.in_flight_bytes),
+                timeline.sites.len()
+            ),
+        );
+    }
+    let why = if rest.allocations < crate::sites::MIN_SETTLED_ALLOCATIONS {
+        format!(
+            "{} allocations are too few to tell a bounded rest from growth",
+            rest.allocations
+        )
+    } else {
+        format!(
+            "it grew past the {} live half-way through the activity",
+            bytes(rest.live_at_half)
+        )
+    };
+    (
+        VerdictKind::Undecided,
+        format!(
+            "{} allocated during the recording is still live in {} sites, none keeping a block per request, but {why}: record longer under steady load to tell growth from warm-up, e.g. `leakscope-probe attach --pid PID --duration 2m` ({no_sessions}){caveat}.",
+            bytes(live),
+            timeline.sites.len(),
+        ),
+    )
+}
+
+fn sessions_verdict(
+    summary: &Summary,
+    timeline: &Timeline,
+    candidate: Option<&Site>,
+    caveat: &str,
+) -> (VerdictKind, String) {
+    let s = &summary.sessions;
+    let st = s.states;
+    if st.leaked > 0 {
+        let total_retained: u64 = summary.categories.iter().map(|c| c.retained_bytes).sum();
+        let top = summary
+            .categories
+            .iter()
+            .max_by_key(|c| c.retained_bytes)
+            .expect("every category is listed");
+        let share = 100.0 * top.retained_bytes as f64 / total_retained.max(1) as f64;
+        let site = timeline
+            .sites
+            .iter()
+            .find(|site| site.category.name() == top.name && site.session_bytes > 0)
+            .map(describe_site)
+            .unwrap_or_default();
+        return (
+            VerdictKind::Leak,
+            format!(
+                "{} of {} sessions are still in the map after their worker ended (leaked); each retains {} (p50), {share:.0}% of it {site}({}){caveat}.",
+                st.leaked,
+                s.count,
+                bytes(s.retained_bytes.p50),
+                top.name
+            ),
+        );
+    }
+    if st.unknown > 0 {
+        let why = if summary.missing_signals.is_empty() {
+            "their map entry's memory was not identified (no allocation matched the session-map rules)".to_owned()
+        } else {
+            format!("missing signals: {}", summary.missing_signals.join("; "))
+        };
+        return (
+            VerdictKind::Undecided,
+            format!(
+                "{} of {} sessions could not be decided ({why}); {} closed, {} live, none seen leaking{caveat}.",
+                st.unknown, s.count, st.closed, st.live
+            ),
+        );
+    }
+    if st.live > 0 {
+        let live = format!(
+            "{} of {} sessions are still in the map with their worker running, idle for {:.0} s (p50) and holding {} each (p50); {} closed",
+            st.live,
+            s.count,
+            s.live_idle_s.p50,
+            bytes(s.live_bytes.p50),
+            st.closed
+        );
+        let reaping = Reaping::of(timeline.header.rmcp_version.as_deref());
+        // A worker polled once (when it started) never received a message:
+        // its client never sent `initialize`.
+        let uninitialized = timeline
+            .sessions
+            .iter()
+            .filter(|s| s.state == SessionState::Live && s.polls <= 1)
+            .count();
+        return match reaping {
+            Reaping::Never { version } if s.worker_ended == 0 => (
+                VerdictKind::Leak,
+                format!(
+                    "{live}. They are never reaped: rmcp {version} has no session keep-alive by default, and no session's worker ended during the recording, so an abandoned session stays in the map for the server's life{caveat}."
+                ),
+            ),
+            Reaping::Never { version } => (
+                VerdictKind::Undecided,
+                format!(
+                    "{live}. rmcp {version} has no session keep-alive by default, but {} workers ended during the recording, so this server may set one: a recording past it decides{caveat}.",
+                    s.worker_ended
+                ),
+            ),
+            Reaping::After {
+                version,
+                init_timeout_s: None,
+                ..
+            } if uninitialized > 0 => (
+                VerdictKind::Leak,
+                format!(
+                    "{live}. {uninitialized} of them never received a message after their worker started: rmcp {version} has no init timeout, so a session whose client never sent `initialize` waits for it forever and is never reaped{caveat}."
+                ),
+            ),
+            Reaping::After {
+                version,
+                keep_alive_s,
+                ..
+            } => (
+                VerdictKind::Undecided,
+                format!(
+                    "{live}. rmcp {version} reaps a session idle for {keep_alive_s} s (its default keep-alive; a server may set another): a recording that runs {keep_alive_s} s past their last request decides{caveat}."
+                ),
+            ),
+            Reaping::Unknown => (
+                VerdictKind::Undecided,
+                format!(
+                    "{live}. The rmcp release is not known, so neither is its keep-alive: a recording that runs past the server's session keep-alive decides{caveat}."
+                ),
+            ),
+        };
+    }
+    let mut text = format!(
+        "{} of {} sessions left the map (closed): no session retains memory after its worker ended",
+        st.closed, s.count
+    );
+    if let Some(site) = candidate {
+        text.push_str(&format!(
+            "; but {} outside sessions (see findings)",
+            describe_growth(site)
+        ));
+        return (VerdictKind::Leak, format!("{text}{caveat}."));
+    }
+    (VerdictKind::NoLeak, format!("{text}{caveat}."))
+}
+
+/// What lost events do to the figures, when there were any.
+fn caveat(summary: &Summary) -> String {
+    if summary.events.lost == 0 {
+        return String::new();
+    }
+    format!(
+        " ({} events were lost: a lost free makes a block look live, a lost allocation hides one)",
+        summary.events.lost
+    )
+}
+
+/// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s".
+fn describe_growth(site: &Site) -> String {
+    let name = site_name(site);
+    format!(
+        "`{name}` keeps {} in {} blocks allocated during the recording and never freed, growing at {}/s",
+        bytes(site.retained_bytes),
+        site.blocks,
+        bytes(site.growth_bytes_per_s.max(0.0) as u64)
+    )
+}
+
+/// "allocated by `rule frame` -> `its callee` " for a site.
+fn describe_site(site: &Site) -> String {
+    let Some(index) = site.decided_by else {
+        return String::new();
+    };
+    let outer = short_name(&site.frames[index].function);
+    match index
+        .checked_sub(1)
+        .map(|i| short_name(&site.frames[i].function))
+    {
+        Some(inner) => format!("allocated by `{outer}` -> `{inner}` "),
+        None => format!("allocated by `{outer}` "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_release_line_says_when_it_reaps() {
+        assert_eq!(
+            Reaping::of(Some("1.3.0")),
+            Reaping::Never {
+                version: "1.3.0".into()
+            }
+        );
+        assert_eq!(
+            Reaping::of(Some("1.5.0")),
+            Reaping::After {
+                version: "1.5.0".into(),
+                keep_alive_s: 300,
+                init_timeout_s: None
+            }
+        );
+        assert_eq!(
+            Reaping::of(Some("3.11.0")),
+            Reaping::After {
+                version: "3.11.0".into(),
+                keep_alive_s: 300,
+                init_timeout_s: Some(60)
+            }
+        );
+        assert_eq!(Reaping::of(None), Reaping::Unknown);
+    }
+}
