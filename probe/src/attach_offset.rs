@@ -11,7 +11,10 @@
 //! are then not seen, and need not be. Return probes stay at offset 0: a uretprobe
 //! must see the return address at `[rsp]`.
 
-use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
+    OpAccess, OpKind, Register,
+};
 
 /// How far into a prologue we look.
 const MAX_INSTRUCTIONS: usize = 6;
@@ -59,6 +62,58 @@ fn is_harmless(instruction: &Instruction) -> bool {
     )
 }
 
+/// The integer argument registers of the System V ABI.
+const ARGUMENT_REGISTERS: [Register; 6] = [
+    Register::RDI,
+    Register::RSI,
+    Register::RDX,
+    Register::RCX,
+    Register::R8,
+    Register::R9,
+];
+
+/// Later offsets where an entry probe still sees every argument register as
+/// the caller set it: the following instruction boundaries, for as long as
+/// the instructions from `from` on write no argument register and do not
+/// branch (a branch is the last place: the probe is *at* it). Tried in turn
+/// when the kernel cannot probe the instruction at `from` ("Unknown error
+/// 524", ENOTSUPP): a counting `#[global_allocator]`'s `__rust_dealloc` built
+/// without frame pointers begins with `lock sub %rsi, COUNT(%rip)`, which the
+/// kernel's uprobes refuse, and goes on to `jmp *free`.
+pub fn later_entry_offsets(code: &[u8], from: u64) -> Vec<u64> {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut info = InstructionInfoFactory::new();
+    let mut later = Vec::new();
+    for _ in 0..MAX_INSTRUCTIONS {
+        if !decoder.can_decode() {
+            break;
+        }
+        let instruction = decoder.decode();
+        if instruction.is_invalid() {
+            break;
+        }
+        if instruction.ip() < from {
+            continue;
+        }
+        if instruction.ip() > from {
+            later.push(instruction.ip());
+        }
+        let writes_argument = info.info(&instruction).used_registers().iter().any(|used| {
+            matches!(
+                used.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            ) && ARGUMENT_REGISTERS.contains(&used.register().full_register())
+        });
+        if writes_argument || instruction.flow_control() != FlowControl::Next {
+            break;
+        }
+    }
+    later
+}
+
 fn is_test_rdi_rdi(instruction: &Instruction) -> bool {
     instruction.mnemonic() == Mnemonic::Test
         && instruction.op0_kind() == OpKind::Register
@@ -88,6 +143,24 @@ mod tests {
     #[test]
     fn null_check_is_kept_when_null_matters() {
         assert_eq!(entry_probe_offset(GLIBC_FREE, false), 0);
+    }
+
+    /// A counting wrapper's `__rust_dealloc` without frame pointers:
+    /// lock sub %rsi,0x42928(%rip); jmp *0x40742(%rip)
+    const COUNTING_DEALLOC: &[u8] = &[
+        0xf0, 0x48, 0x29, 0x35, 0x28, 0x29, 0x04, 0x00, 0xff, 0x25, 0x42, 0x07, 0x04, 0x00,
+    ];
+
+    #[test]
+    fn later_offsets_keep_the_arguments_and_stop_at_a_branch() {
+        assert_eq!(later_entry_offsets(COUNTING_DEALLOC, 0), vec![8]);
+        // push %r12; push %rbp; push %rbx; mov %rdi,%rbx (writes rbx only; the
+        // slice ends there)
+        assert_eq!(later_entry_offsets(GLIBC_MALLOC, 0), vec![2, 3, 4]);
+        // test; je: the branch is the last place.
+        assert_eq!(later_entry_offsets(GLIBC_FREE, 0), vec![3]);
+        // lea -0x10(%rdi),%rsi writes an argument register: nothing after it.
+        assert_eq!(later_entry_offsets(&GLIBC_FREE[9..], 0), vec![1]);
     }
 
     #[test]

@@ -29,6 +29,24 @@ pub struct Loaded {
     pub attached: usize,
 }
 
+/// The kernel's "Unknown error 524" (ENOTSUPP) from attaching: it cannot
+/// probe the instruction there (uprobes refuse some, e.g. a lock-prefixed
+/// RIP-relative one).
+fn refused_instruction(error: &aya::programs::ProgramError) -> bool {
+    const ENOTSUPP: i32 = 524;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            == Some(ENOTSUPP)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// Loads the object with a ring buffer of `ring_bytes` and attaches every probe of
 /// `plan`, scoped to `pid` (the kernel only plants breakpoints in that process).
 pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded> {
@@ -51,20 +69,36 @@ pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded>
                 .load()
                 .with_context(|| format!("the kernel refused to load {}", probe.program))?;
         }
-        let point = UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(probe.file_offset),
-            cookie: probe.cookie,
-        };
-        program.attach(point, &probe.path, scope).with_context(|| {
-            format!(
-                "cannot attach {} to {} ({}+{:#x}){}",
-                probe.program,
-                probe.function,
-                probe.path.display(),
-                probe.file_offset,
-                CONFLICT_HINT
-            )
-        })?;
+        // The planned place first; where the kernel cannot probe that
+        // instruction (ENOTSUPP), the later places that still see the arguments.
+        let mut offsets =
+            std::iter::once(probe.file_offset).chain(probe.fallback_offsets.iter().copied());
+        let mut offset = offsets.next().expect("one offset at least");
+        loop {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: probe.cookie,
+            };
+            match program.attach(point, &probe.path, scope) {
+                Ok(_) => break,
+                Err(e)
+                    if refused_instruction(&e)
+                        && let Some(next) = offsets.next() =>
+                {
+                    offset = next;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "cannot attach {} to {} ({}+{:#x}){}",
+                        probe.program,
+                        probe.function,
+                        probe.path.display(),
+                        offset,
+                        CONFLICT_HINT
+                    )));
+                }
+            }
+        }
         attached += 1;
     }
     let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;

@@ -6,6 +6,10 @@
 //!   allocator does, through `__rdl_alloc`, and so does C code). Rust's allocation
 //!   passes through `__rust_alloc` *and* `malloc`; probing libc alone counts it once
 //!   and also sees C allocations.
+//! * **An allocator's C API and libc**: the `#[global_allocator]` is built on
+//!   jemalloc or mimalloc, linked into the binary ([`ALLOCATOR_APIS`]): their
+//!   C functions are probed, which every Rust allocation reaches, inlined
+//!   shims or not; libc's malloc family too, for the C code.
 //! * **Rust shims and libc**: the binary has its own `#[global_allocator]`
 //!   (jemalloc, mimalloc, a wrapper): its `__rust_alloc` does not go to std's
 //!   `__rdl_alloc` ([`rust_allocator`] reads the shim's code; rustc 1.95's
@@ -27,7 +31,7 @@ use leakscope_recording::preset::Preset;
 use leakscope_recording::target::Target;
 use leakscope_recording::{AllocLayer, ScopeFunction, ScopeKind};
 
-use crate::attach_offset::entry_probe_offset;
+use crate::attach_offset::{entry_probe_offset, later_entry_offsets};
 use crate::symbols::{ElfSymbols, Function};
 
 /// One uprobe or uretprobe to attach.
@@ -44,6 +48,10 @@ pub struct Probe {
     pub cookie: Option<u64>,
     /// Demangled function name, for messages.
     pub function: String,
+    /// Where else the probe may go, in order, if the kernel cannot probe the
+    /// instruction at `file_offset`: later places that still see the
+    /// arguments (entry-only probes; see [`later_entry_offsets`]).
+    pub fallback_offsets: Vec<u64>,
 }
 
 pub struct Plan {
@@ -105,6 +113,91 @@ const RUST_HOOKS: &[AllocHook] = &[
     ),
     (program::RUST_DEALLOC_ENTER, "", "__rust_dealloc"),
 ];
+
+/// The C API of an allocator a `#[global_allocator]` is built on, linked
+/// into the executable: tikv-jemallocator's jemalloc (`_rjem_` prefix),
+/// mimalloc's. Probed there rather than at rustc's shims when the binary has
+/// one: the shims are local functions of the binary, so its own code (and
+/// generic code it instantiates, hyper's and http's included) gets them
+/// inlined, calling `mi_free` or `_rjem_sdallocx` directly. A probe on the
+/// shims missed those calls: a fixed axum server over mimalloc read as a leak
+/// of `HeaderMap::try_reserve`, its frees never seen (1,007 direct references
+/// to `mi_free`'s GOT slot in that binary).
+struct AllocatorApi {
+    /// Who it is, for the layer's reason.
+    name: &'static str,
+    /// A function only this allocator defines.
+    marker: &'static str,
+    hooks: &'static [AllocHook],
+}
+
+const ALLOCATOR_APIS: &[AllocatorApi] = &[
+    AllocatorApi {
+        name: "jemalloc (tikv-jemallocator)",
+        marker: "_rjem_mallocx",
+        hooks: &[
+            (program::MALLOC_ENTER, program::MALLOC_EXIT, "_rjem_malloc"),
+            (program::MALLOC_ENTER, program::MALLOC_EXIT, "_rjem_mallocx"),
+            (program::CALLOC_ENTER, program::MALLOC_EXIT, "_rjem_calloc"),
+            (
+                program::REALLOC_ENTER,
+                program::REALLOC_EXIT,
+                "_rjem_realloc",
+            ),
+            (
+                program::REALLOC_ENTER,
+                program::REALLOC_EXIT,
+                "_rjem_rallocx",
+            ),
+            (
+                program::POSIX_MEMALIGN_ENTER,
+                program::POSIX_MEMALIGN_EXIT,
+                "_rjem_posix_memalign",
+            ),
+            (
+                program::ALIGNED_ALLOC_ENTER,
+                program::MALLOC_EXIT,
+                "_rjem_aligned_alloc",
+            ),
+            (program::FREE_ENTER, "", "_rjem_free"),
+            (program::FREE_ENTER, "", "_rjem_sdallocx"),
+            (program::FREE_ENTER, "", "_rjem_dallocx"),
+        ],
+    },
+    AllocatorApi {
+        name: "mimalloc",
+        marker: "mi_malloc_aligned",
+        hooks: &[
+            (program::MALLOC_ENTER, program::MALLOC_EXIT, "mi_malloc"),
+            (program::MALLOC_ENTER, program::MALLOC_EXIT, "mi_zalloc"),
+            (
+                program::MALLOC_ENTER,
+                program::MALLOC_EXIT,
+                "mi_malloc_aligned",
+            ),
+            (
+                program::MALLOC_ENTER,
+                program::MALLOC_EXIT,
+                "mi_zalloc_aligned",
+            ),
+            (program::CALLOC_ENTER, program::MALLOC_EXIT, "mi_calloc"),
+            (program::REALLOC_ENTER, program::REALLOC_EXIT, "mi_realloc"),
+            (
+                program::REALLOC_ENTER,
+                program::REALLOC_EXIT,
+                "mi_realloc_aligned",
+            ),
+            (program::FREE_ENTER, "", "mi_free"),
+        ],
+    },
+];
+
+/// The allocator API the executable links, if it is one leakscope knows.
+fn allocator_api(exe: &ElfSymbols) -> Option<&'static AllocatorApi> {
+    ALLOCATOR_APIS
+        .iter()
+        .find(|api| exe.named(api.marker).is_some())
+}
 
 /// Prefixes rustc has given the allocator shims' names: `__rustc::__rust_alloc`
 /// (recent, v0-mangled into the `__rustc` crate) and a bare `__rust_alloc`.
@@ -264,7 +357,11 @@ fn allocator_probes(
         } else {
             0
         };
-        probes.push(probe(enter, &symbols.path, function, entry_offset, None));
+        let mut entry = probe(enter, &symbols.path, function, entry_offset, None);
+        if exit.is_empty() {
+            entry.fallback_offsets = later_offsets(symbols, function, entry_offset);
+        }
+        probes.push(entry);
         if !exit.is_empty() {
             probes.push(probe(exit, &symbols.path, function, 0, None));
         }
@@ -326,7 +423,19 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             names,
         )
     };
+    let api = allocator_api(exe);
     let (layer, layer_reason) = match (rust, &malloc) {
+        (RustAllocator::Own, Some(malloc)) if let Some(api) = api => {
+            allocator_probes(api.hooks, exe, false, &mut probes, &mut allocator_functions)?;
+            probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
+            (
+                AllocLayer::AllocatorApiAndLibc,
+                format!(
+                    "the binary's #[global_allocator] is built on {}, linked into it: its C API is probed (rustc's shims are inlined into the binary's own code, so not every call goes through them); {} and its malloc family is probed for C allocations",
+                    api.name, malloc.reason
+                ),
+            )
+        }
         (RustAllocator::Own, Some(malloc)) => {
             allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
             probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
@@ -386,13 +495,17 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             } else {
                 entry_probe_offset(exe.code(function, 64), false)
             };
-            probes.push(probe(
+            let mut entry = probe(
                 program::SCOPE_ENTER,
                 &exe_path,
                 function,
                 entry_offset,
                 cookie,
-            ));
+            );
+            if !found.returns {
+                entry.fallback_offsets = later_offsets(exe, function, entry_offset);
+            }
+            probes.push(entry);
             if found.returns {
                 probes.push(probe(program::SCOPE_EXIT, &exe_path, function, 0, cookie));
             }
@@ -477,6 +590,14 @@ pub fn missing_scopes(matches: &[ScopeMatch<'_>]) -> Vec<ScopeKind> {
     missing
 }
 
+/// [`later_entry_offsets`] of `function`, as file offsets.
+fn later_offsets(symbols: &ElfSymbols, function: &Function, from: u64) -> Vec<u64> {
+    later_entry_offsets(symbols.code(function, 64), from)
+        .into_iter()
+        .map(|offset| function.file_offset + offset)
+        .collect()
+}
+
 fn probe(
     program: &'static str,
     path: &std::path::Path,
@@ -490,6 +611,7 @@ fn probe(
         file_offset: function.file_offset + offset,
         cookie,
         function: function.name.clone(),
+        fallback_offsets: Vec::new(),
     }
 }
 
@@ -520,6 +642,7 @@ mod tests {
             file_offset: 0,
             cookie: None,
             function: String::new(),
+            fallback_offsets: Vec::new(),
         };
         let mut probes = vec![
             at(program::MALLOC_ENTER),

@@ -76,6 +76,9 @@ pub enum AllocLayer {
     /// allocations); an allocation the global allocator passes on to malloc
     /// (a wrapper around `System`) is recorded once, at the shim.
     RustShimsAndLibc,
+    /// The C API of the allocator a `#[global_allocator]` is built on (jemalloc,
+    /// mimalloc), linked into the binary, and libc's malloc family.
+    AllocatorApiAndLibc,
 }
 
 impl AllocLayer {
@@ -86,6 +89,7 @@ impl AllocLayer {
             AllocLayer::RustShims => "rust-shims",
             AllocLayer::GlobalAllocator => "global-allocator",
             AllocLayer::RustShimsAndLibc => "rust-shims-and-libc",
+            AllocLayer::AllocatorApiAndLibc => "allocator-api-and-libc",
         }
     }
 }
