@@ -13,6 +13,7 @@ use leakscope_recording::StackId;
 
 use crate::attribute::{Category, PerCategory};
 use crate::sessions::{SessionKey, SessionTracker};
+use crate::tasks::{Cell, TaskKey};
 
 /// Live bytes are sampled this often (recording time) for charts and traces.
 pub const SAMPLE_INTERVAL_NS: u64 = 100_000_000;
@@ -86,6 +87,16 @@ pub struct Block {
     pub category: Category,
     pub stack: Option<StackId>,
     pub session: Option<SessionKey>,
+    /// The task whose poll allocated it (or, for a task's cell, that task).
+    pub task: Option<TaskKey>,
+}
+
+/// Bytes of one task: what its polls allocated (its cell included), and what
+/// of that is live.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskBytes {
+    pub allocated: u64,
+    pub live: u64,
 }
 
 pub struct Accounting {
@@ -95,6 +106,7 @@ pub struct Accounting {
     live_by_category: PerCategory<u64>,
     reclaimed_total: u64,
     sessions: Vec<SessionBytes>,
+    tasks: Vec<TaskBytes>,
     sampler: Sampler,
     pub allocs: u64,
     pub frees: u64,
@@ -105,6 +117,8 @@ pub struct Totals {
     pub categories: PerCategory<CategoryTotals>,
     /// Per session key (fold merged keys before use).
     pub sessions: Vec<SessionBytes>,
+    /// Per task key.
+    pub tasks: Vec<TaskBytes>,
     pub samples: Vec<Sample>,
     /// Blocks live at the end, with whether their session's worker is gone.
     pub live: Vec<(Block, bool)>,
@@ -121,6 +135,7 @@ impl Accounting {
             live_by_category: PerCategory::default(),
             reclaimed_total: 0,
             sessions: Vec::new(),
+            tasks: Vec::new(),
             sampler: Sampler::new(sample_every_ns),
             allocs: 0,
             frees: 0,
@@ -141,9 +156,22 @@ impl Accounting {
         &mut self.sessions[index]
     }
 
+    fn task(&mut self, key: TaskKey) -> &mut TaskBytes {
+        let index = key as usize;
+        if self.tasks.len() <= index {
+            self.tasks.resize(index + 1, TaskBytes::default());
+        }
+        &mut self.tasks[index]
+    }
+
     pub fn alloc(&mut self, addr: u64, mut block: Block) {
         self.allocs += 1;
         block.seq = self.allocs;
+        if let Some(key) = block.task {
+            let task = self.task(key);
+            task.allocated += block.size;
+            task.live += block.size;
+        }
         if let Some(key) = block.session {
             let session = self.session(key);
             session.allocated += block.size;
@@ -154,6 +182,9 @@ impl Accounting {
         if let Some(old) = self.live.insert(addr, block) {
             // A block we never saw freed (lost record): forget it.
             self.live_by_category[old.category] -= old.size;
+            if let Some(key) = old.task {
+                self.task(key).live -= old.size;
+            }
         }
         self.categories[block.category].allocated += block.size;
         self.live_by_category[block.category] += block.size;
@@ -162,6 +193,39 @@ impl Accounting {
     /// When the live block at `addr` was allocated, if one is.
     pub fn allocated_at(&self, addr: u64) -> Option<u64> {
         self.live.get(&addr).map(|b| b.ts)
+    }
+
+    /// The live block that starts at `addr`, as a task's cell would be seen.
+    pub fn cell_at(&self, addr: u64) -> Option<Cell> {
+        self.live.get(&addr).map(|b| Cell {
+            ts: b.ts,
+            seq: b.seq,
+            size: b.size,
+            stack: b.stack,
+            session: b.session,
+            task: b.task,
+        })
+    }
+
+    /// The live block at `addr` is task `key`'s cell: its bytes are that
+    /// task's own (not the spawning task's), and its session's if it has one
+    /// and the block had none.
+    pub fn retag_cell(&mut self, addr: u64, key: TaskKey, session: Option<SessionKey>) {
+        let Some(block) = self.live.get_mut(&addr) else {
+            return;
+        };
+        let (size, previous) = (block.size, block.task.replace(key));
+        if let Some(old) = previous {
+            let old = self.task(old);
+            old.allocated -= size;
+            old.live -= size;
+        }
+        let task = self.task(key);
+        task.allocated += size;
+        task.live += size;
+        if let Some(session) = session {
+            self.adopt(addr, session);
+        }
     }
 
     /// A live block with no owner turned out to be `key`'s (learned after its
@@ -189,6 +253,9 @@ impl Accounting {
         self.live_by_category[block.category] -= block.size;
         self.categories[block.category].reclaimed += block.size;
         self.reclaimed_total += block.size;
+        if let Some(key) = block.task {
+            self.task(key).live -= block.size;
+        }
         if let Some(key) = block.session.map(|s| sessions.resolve(s)) {
             let grace_ns = self.grace_ns;
             let worker_end = sessions.worker_end_ns(key);
@@ -235,6 +302,7 @@ impl Accounting {
         Totals {
             categories: self.categories,
             sessions: self.sessions,
+            tasks: self.tasks,
             samples: self.sampler.samples,
             live,
             allocs: self.allocs,
@@ -302,6 +370,7 @@ mod tests {
             category: Category::Other,
             stack: None,
             session,
+            task: None,
         }
     }
 

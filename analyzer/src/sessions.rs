@@ -43,6 +43,10 @@ const MAX_PENDING_SPAWNS: usize = 4096;
 /// Unowned map-entry blocks remembered per thread, waiting for a `created` fact.
 const MAX_ORPHANS: usize = 16;
 
+/// Blocks allocated in sessions' birth requests after their birth windows, at
+/// most (each may be a task's cell, learned at its first poll).
+const MAX_AFTER_BIRTH_BLOCKS: usize = 4096;
+
 /// A session as this stage first knew it; [`SessionTracker::resolve`] maps it to
 /// the session it was merged into, if any.
 pub type SessionKey = u32;
@@ -154,12 +158,48 @@ pub struct SessionTracker {
     /// Per thread, `session-map` blocks allocated with no owner since the last
     /// `created` fact there (in-process recordings without a creation span).
     orphans: HashMap<u32, Vec<u64>>,
+    /// Task polls are probed: a session's birth request goes on after its
+    /// birth window, to the end of the creating task's poll.
+    tasks_probed: bool,
+    /// Threads whose task poll created a session and is still running, and for
+    /// which session.
+    after_birth: HashMap<u32, SessionKey>,
+    /// Blocks allocated there (start -> session): the task that serves the
+    /// session is spawned in its birth request (rmcp's `spawn_session_worker`
+    /// runs right after `create_session` returns), so a cell among them is the
+    /// session's task.
+    after_birth_blocks: HashMap<u64, SessionKey>,
 }
 
 impl SessionTracker {
     /// Worker polls come without exits: see `polls_by_stack`.
     pub fn polls_by_stack(&mut self) {
         self.polls_by_stack = true;
+    }
+
+    /// Task polls are probed: see `tasks_probed`.
+    pub fn tasks_probed(&mut self) {
+        self.tasks_probed = true;
+    }
+
+    /// A task's poll began or ended on `tid`: a birth request on it is over.
+    pub fn task_poll_boundary(&mut self, tid: u32) {
+        if !self.after_birth.is_empty() {
+            self.after_birth.remove(&tid);
+        }
+    }
+
+    /// Whether a free of a block with no session must still be told (it may be
+    /// a birth request's block).
+    pub fn wants_every_free(&self) -> bool {
+        !self.after_birth_blocks.is_empty()
+    }
+
+    /// The session whose birth request allocated the block at `addr` after its
+    /// birth window, if one did (a task's cell: that task is the session's).
+    pub fn spawned_in_birth_request(&mut self, addr: u64) -> Option<SessionKey> {
+        let session = self.after_birth_blocks.remove(&addr)?;
+        Some(self.resolve(session))
     }
 
     /// Whether `alloc` needs to know if the block's stack is inside a worker poll.
@@ -200,6 +240,11 @@ impl SessionTracker {
             },
         };
         let Some(session) = session.map(|s| self.resolve(s)) else {
+            if let Some(&birth) = self.after_birth.get(&tid)
+                && self.after_birth_blocks.len() < MAX_AFTER_BIRTH_BLOCKS
+            {
+                self.after_birth_blocks.insert(addr, birth);
+            }
             if category == Category::SessionMap {
                 let orphans = self.orphans.entry(tid).or_default();
                 if orphans.len() < MAX_ORPHANS {
@@ -226,11 +271,15 @@ impl SessionTracker {
         self.polls.clear();
         self.latest_poll.clear();
         self.orphans.clear();
+        self.after_birth.clear();
     }
 
     /// The block at `addr` was freed: it can no longer contain anything.
     pub fn free(&mut self, addr: u64) {
         self.birth_blocks.remove(&addr);
+        if !self.after_birth_blocks.is_empty() {
+            self.after_birth_blocks.remove(&addr);
+        }
     }
 
     /// The session `key` ended up as (itself unless merged).
@@ -286,8 +335,11 @@ impl SessionTracker {
             (ScopeKind::WorkerSpawn, Phase::Exit) => {
                 // Without a spawn entry (older recordings probed only its return)
                 // the exit still closes the window.
-                if self.spawn_depth.get(&tid).copied().unwrap_or(0) <= 1 {
-                    self.birth_window.remove(&tid);
+                if self.spawn_depth.get(&tid).copied().unwrap_or(0) <= 1
+                    && let Some(session) = self.birth_window.remove(&tid)
+                    && self.tasks_probed
+                {
+                    self.after_birth.insert(tid, session);
                 }
                 exit(&mut self.spawn_depth, tid);
             }

@@ -383,6 +383,7 @@ mod tests {
             category: Category::Other,
             stack,
             session: None,
+            task: None,
         }
     }
 

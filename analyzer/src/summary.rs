@@ -8,6 +8,11 @@
 //!   `sessions.retained_bytes` over the leaked sessions, `sessions.live_bytes`
 //!   over the live ones, `findings` (preset-free, by call site, with growth),
 //!   `verdict_kind`, `missing_signals`. Other fields keep their meaning.
+//! * 3: `objects`, keyed by kind (`session`, `task`): each kind's `count`,
+//!   `states`, `alive_bytes`, `retained_bytes`, `idle_s` and (tasks)
+//!   `spawn_sites` ([`crate::objects`]). `sessions` stays as it was, a view of
+//!   `objects.session`; a session's bytes now include its tasks'. Other fields
+//!   keep their meaning.
 //!
 //! The verdict's rules are in [`crate::verdict`].
 
@@ -18,7 +23,7 @@ use crate::sessions::SessionState;
 use crate::sites::Site;
 use crate::timeline::Timeline;
 
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Findings listed in `summary.json` at most.
 const MAX_FINDINGS: usize = 20;
@@ -30,6 +35,9 @@ pub struct Summary {
     pub duration_s: f64,
     pub events: Events,
     pub sessions: Sessions,
+    /// Every kind of lifecycle object the recording shows (sessions, tasks).
+    pub objects:
+        std::collections::BTreeMap<crate::objects::ObjectKind, crate::objects::ObjectSummary>,
     pub categories: Vec<CategorySummary>,
     pub top_sites: Vec<SiteSummary>,
     /// Blocks allocated during the recording and still live at the end, by call
@@ -96,7 +104,7 @@ impl States {
     }
 }
 
-#[derive(Debug, Serialize, Default)]
+#[derive(Debug, Serialize, Default, Clone)]
 pub struct Retained {
     pub p50: u64,
     pub p90: u64,
@@ -105,7 +113,7 @@ pub struct Retained {
 }
 
 impl Retained {
-    fn of(mut values: Vec<u64>) -> Self {
+    pub(crate) fn of(mut values: Vec<u64>) -> Self {
         values.sort_unstable();
         Self {
             p50: percentile(&values, 50.0),
@@ -251,6 +259,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
                 max: transient.last().copied().unwrap_or(0),
             },
         },
+        objects: crate::objects::objects(timeline),
         categories,
         top_sites,
         findings: findings(timeline),

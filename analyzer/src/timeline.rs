@@ -19,6 +19,8 @@ pub use crate::sessions::SessionState;
 use crate::sessions::SessionTracker;
 pub use crate::sites::Site;
 use crate::stacks::Stacks;
+pub use crate::tasks::TaskState;
+use crate::tasks::TaskTracker;
 
 /// One session as the recording shows it: its lifecycle and its bytes.
 #[derive(Debug, Clone, Default)]
@@ -42,6 +44,33 @@ pub struct Session {
     pub polls: u32,
 }
 
+/// One tokio task as the recording shows it ([`crate::tasks`]).
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// `None`: spawned before the recording began.
+    pub born_ns: Option<u64>,
+    /// The activity clock at its spawn (the recording's allocations so far).
+    pub born_seq: u64,
+    pub end_ns: Option<u64>,
+    pub state: TaskState,
+    pub polls: u32,
+    /// Since its last poll, at the end of the recording.
+    pub idle_ns: u64,
+    /// Bytes it owns live at the end: its cell and what its polls allocated.
+    pub live_bytes: u64,
+    /// What its polls allocated over the recording (its cell included).
+    pub allocated: u64,
+    /// The function that spawned it (the first frame of its cell's stack
+    /// outside tokio, the allocator and the standard library), when known.
+    pub spawned_from: Option<String>,
+    /// Its cell's stack.
+    pub stack: Option<leakscope_recording::StackId>,
+    /// The task that spawned it (an index into [`Timeline::tasks`]).
+    pub parent: Option<usize>,
+    /// The session it belongs to (an index into [`Timeline::sessions`]).
+    pub session: Option<usize>,
+}
+
 pub struct Timeline {
     pub header: Header,
     pub tail: Tail,
@@ -53,6 +82,8 @@ pub struct Timeline {
     pub lost: u64,
     pub lost_by_reason: Vec<(LostReason, u64)>,
     pub sessions: Vec<Session>,
+    /// Every tokio task seen polling, in order of first poll.
+    pub tasks: Vec<Task>,
     pub categories: PerCategory<CategoryTotals>,
     pub samples: Vec<Sample>,
     pub session_births_s: Vec<f64>,
@@ -85,6 +116,7 @@ pub struct Builder {
     grace_ns: u64,
     stacks: Stacks,
     sessions: SessionTracker,
+    tasks: TaskTracker,
     books: Accounting,
     start_ns: Option<u64>,
     last_ns: u64,
@@ -106,6 +138,9 @@ impl Builder {
         if !polls.is_empty() && polls.iter().all(|f| !f.returns) {
             self.sessions.polls_by_stack();
         }
+        if functions.iter().any(|f| f.kind == ScopeKind::TaskPoll) {
+            self.sessions.tasks_probed();
+        }
         self.stacks.set_scope_functions(functions.to_vec());
         self
     }
@@ -115,6 +150,7 @@ impl Builder {
             grace_ns,
             stacks: Stacks::new(rules),
             sessions: SessionTracker::default(),
+            tasks: TaskTracker::default(),
             books: Accounting::new(grace_ns, sample_every_ns),
             start_ns: None,
             last_ns: 0,
@@ -183,7 +219,14 @@ impl Builder {
                 arg,
             } => {
                 self.clock(ts);
-                self.sessions.scope(ts, tid, kind, phase, arg);
+                match kind {
+                    leakscope_recording::ScopeKind::TaskPoll => self.task_poll(ts, tid, arg),
+                    leakscope_recording::ScopeKind::TaskPollEnd => {
+                        self.sessions.task_poll_boundary(tid);
+                        self.tasks.poll_end(tid);
+                    }
+                    _ => self.sessions.scope(ts, tid, kind, phase, arg),
+                }
             }
             Record::Lost { reason, count, .. } => {
                 *self.lost.entry(reason).or_default() += count;
@@ -191,6 +234,7 @@ impl Builder {
                 // captured, or a posix_memalign block not known, loses no record).
                 if !matches!(reason, LostReason::Stack | LostReason::PendingFull) {
                     self.sessions.forget_threads();
+                    self.tasks.forget_threads();
                 }
             }
             Record::End { ts, reason } => {
@@ -221,6 +265,26 @@ impl Builder {
         }
     }
 
+    /// A task's poll begins: on its first, its cell (the live block at its
+    /// header) tells its birth, spawn site and owner, and becomes its own.
+    fn task_poll(&mut self, ts: u64, tid: u32, header: u64) {
+        self.sessions.task_poll_boundary(tid);
+        if self.tasks.known(header).is_some() {
+            self.tasks.poll(ts, tid, header, None, None);
+            return;
+        }
+        let cell = self.books.cell_at(header);
+        let request = if cell.is_some_and(|c| c.session.is_none()) {
+            self.sessions.spawned_in_birth_request(header)
+        } else {
+            None
+        };
+        let key = self.tasks.poll(ts, tid, header, cell, request);
+        if cell.is_some() {
+            self.books.retag_cell(header, key, self.tasks.session(key));
+        }
+    }
+
     fn alloc_inheriting(
         &mut self,
         ts: u64,
@@ -238,9 +302,11 @@ impl Builder {
             && self
                 .stacks
                 .inside(stack, leakscope_recording::ScopeKind::WorkerPoll);
+        let task = self.tasks.polling(tid);
         let session = self
             .sessions
             .alloc(tid, addr, size, category, in_poll)
+            .or_else(|| task.and_then(|t| self.tasks.session(t)))
             .or(inherited);
         self.allocated.add(stack, session, size);
         let block = Block {
@@ -250,15 +316,26 @@ impl Builder {
             category,
             stack,
             session,
+            task,
         };
         self.books.alloc(addr, block);
     }
 
     fn free(&mut self, ts: u64, addr: u64) -> Option<Block> {
-        let block = self.books.free(ts, addr, &self.sessions)?;
+        let Some(block) = self.books.free(ts, addr, &self.sessions) else {
+            // A task born before the recording ends with a cell never seen.
+            if !self.tasks.is_empty() {
+                self.tasks.free(ts, addr);
+            }
+            return None;
+        };
         // Only a session's block can be a birth-window block (most frees are not).
-        if block.session.is_some() {
+        if block.session.is_some() || self.sessions.wants_every_free() {
             self.sessions.free(addr);
+        }
+        if block.task.is_some() {
+            // Only a cell retagged as its task's can be a task's header.
+            self.tasks.free(ts, addr);
         }
         Some(block)
     }
@@ -309,6 +386,36 @@ impl Builder {
                 live_at_end: b.live_at_end,
             })
             .collect();
+        let mut spawn_sites: HashMap<Option<leakscope_recording::StackId>, Option<String>> =
+            HashMap::new();
+        let tasks = self
+            .tasks
+            .finish()
+            .into_iter()
+            .enumerate()
+            .map(|(key, life)| {
+                let bytes = totals.tasks.get(key).copied().unwrap_or_default();
+                Task {
+                    state: TaskState::of(&life, start_ns, end_ns),
+                    born_ns: life.born_ns,
+                    born_seq: life.born_seq,
+                    end_ns: life.end_ns,
+                    polls: life.polls,
+                    idle_ns: end_ns.saturating_sub(life.last_poll_ns),
+                    live_bytes: bytes.live,
+                    allocated: bytes.allocated,
+                    spawned_from: spawn_sites
+                        .entry(life.cell_stack)
+                        .or_insert_with(|| {
+                            crate::tasks::spawn_site(self.stacks.frames(life.cell_stack))
+                        })
+                        .clone(),
+                    stack: life.cell_stack,
+                    parent: life.parent.map(|p| p as usize),
+                    session: life.session.and_then(|s| index.get(s as usize).copied()),
+                }
+            })
+            .collect();
         let profile = crate::profile::build(
             allocated,
             &totals.live,
@@ -354,6 +461,7 @@ impl Builder {
             session_births_s: sessions.iter().map(|s| to_s(&s.born_ns)).collect(),
             worker_ends_s,
             sessions,
+            tasks,
             categories: totals.categories,
             samples: totals.samples,
             sites,
@@ -389,7 +497,10 @@ fn missing_signals(header: &Header) -> Vec<String> {
                 ScopeKind::WorkerDrop => {
                     "no worker ends: a kept entry cannot be told leaked from live (reported unknown)"
                 }
-                ScopeKind::SessionClose | ScopeKind::SessionSpan => return None,
+                ScopeKind::SessionClose
+                | ScopeKind::SessionSpan
+                | ScopeKind::TaskPoll
+                | ScopeKind::TaskPollEnd => return None,
             };
             Some(format!("{}: {consequence}", kind.name()))
         })

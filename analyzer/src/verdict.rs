@@ -15,9 +15,14 @@
 //!    all but a bounded rest, no more than what was live half-way through
 //!    the activity ([`crate::sites::Rest::settled`]);
 //!    else undecided, with what a longer recording would tell.
+//! 4. Tasks, with or without sessions: tasks spawned from one function outside
+//!    sessions that pile up parked, none ending, are a leak
+//!    ([`crate::objects::SpawnSite`]); they come before a site's growth,
+//!    which they explain.
 
 use leakscope_recording::preset::{Preset, ReleaseRule};
 
+use crate::objects::{ObjectKind, SpawnSite};
 use crate::sites::Site;
 use crate::summary::{Summary, VerdictKind, short_name, site_name};
 use crate::timeline::{SessionState, Timeline};
@@ -84,14 +89,24 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
         .iter()
         .filter(|site| site.is_leak_candidate())
         .max_by_key(|site| site.retained_bytes);
+    let parked = summary
+        .objects
+        .get(&ObjectKind::Task)
+        .and_then(|tasks| tasks.spawn_sites.iter().find(|site| site.leak));
     if summary.sessions.count > 0 {
-        return sessions_verdict(summary, timeline, candidate, &caveat);
+        return sessions_verdict(summary, timeline, candidate, parked, &caveat);
     }
     let no_sessions = if summary.missing_signals.is_empty() {
         "no rmcp sessions in this process"
     } else {
         "no rmcp sessions in this process: the preset matched no lifecycle function"
     };
+    if let Some(site) = parked {
+        return (
+            VerdictKind::Leak,
+            format!("{} ({no_sessions}){caveat}.", describe_parked(site)),
+        );
+    }
     if let Some(site) = candidate {
         return (
             VerdictKind::Leak,
@@ -149,6 +164,7 @@ fn sessions_verdict(
     summary: &Summary,
     timeline: &Timeline,
     candidate: Option<&Site>,
+    parked: Option<&SpawnSite>,
     caveat: &str,
 ) -> (VerdictKind, String) {
     let s = &summary.sessions;
@@ -255,6 +271,13 @@ fn sessions_verdict(
         "{} of {} sessions left the map (closed): no session retains memory after its worker ended",
         st.closed, s.count
     );
+    if let Some(site) = parked {
+        text.push_str(&format!(
+            "; but outside sessions, {}",
+            describe_parked(site)
+        ));
+        return (VerdictKind::Leak, format!("{text}{caveat}."));
+    }
     if let Some(site) = candidate {
         text.push_str(&format!(
             "; but {} outside sessions (see findings)",
@@ -284,6 +307,22 @@ fn describe_growth(site: &Site) -> String {
         bytes(site.retained_bytes),
         site.blocks,
         bytes(site.growth_bytes_per_s.max(0.0) as u64)
+    )
+}
+
+/// "200 tasks spawned from `subscribe` are parked, each keeping 2.0 KiB (p50)
+/// ...; none has ended".
+fn describe_parked(site: &SpawnSite) -> String {
+    let ended = match site.ended {
+        0 => "none has ended".to_owned(),
+        n => format!("only {n} of the {} it spawned ended", site.count),
+    };
+    format!(
+        "{} tasks spawned from `{}` are parked (not polled for most of their life), each keeping {} (p50), {} in all; {ended}",
+        site.parked,
+        site.site,
+        bytes(site.alive_bytes.p50),
+        bytes(site.alive_bytes.total),
     )
 }
 

@@ -102,7 +102,12 @@ pub async fn attach(
     if options.bare {
         plan = bare(plan);
     }
-    if plan.scopes.is_empty() && !options.bare {
+    let session_scopes = plan
+        .scope_functions
+        .iter()
+        .filter(|f| !f.kind.is_task())
+        .count();
+    if session_scopes == 0 && !options.bare {
         on_event(AttachEvent::Warning(format!(
             "no {} lifecycle functions in {}; recording allocations only (the report's findings by call site still work)",
             options.preset.name, target.exe

@@ -482,7 +482,13 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
 
     let mut scopes = Vec::new();
     let mut scope_functions = Vec::new();
-    let matches = scope_matches(exe, preset);
+    let mut matches = scope_matches(exe, preset);
+    let missing_scopes = missing_scopes(&matches);
+    // tokio's task polls, in every target whatever its preset (a preset that
+    // names them itself is not probed twice).
+    if !preset.scopes.iter().any(|rule| rule.kind.is_task()) {
+        matches.extend(scope_matches(exe, &Preset::tokio()));
+    }
     for found in &matches {
         for function in &found.functions {
             let cookie = Some(scope_cookie(
@@ -519,7 +525,6 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             });
         }
     }
-    let missing_scopes = missing_scopes(&matches);
     Ok(Plan {
         layer,
         layer_reason,

@@ -173,7 +173,8 @@ pub struct ScopeFunction {
     pub returns: bool,
 }
 
-/// The rmcp lifecycle functions a [`Record::Scope`] can be about.
+/// The lifecycle functions a [`Record::Scope`] can be about: rmcp's session
+/// lifecycle (a preset's) and tokio's task polls (built in, `presets/tokio.toml`).
 ///
 /// The discriminants are the eBPF uprobe cookies (with the probe's
 /// `SCOPE_RETURNS` flag on top); keep them stable.
@@ -192,16 +193,27 @@ pub enum ScopeKind {
     SessionClose = 4,
     /// In-process mode: a `tracing` span carrying a session id is entered/exited.
     SessionSpan = 5,
+    /// A tokio task's poll begins: `State::transition_to_running`, whose `arg`
+    /// is the task's header, the first bytes of the block its cell was
+    /// allocated in. Allocations on the thread until [`ScopeKind::TaskPollEnd`]
+    /// are the task's.
+    TaskPoll = 6,
+    /// A tokio task's poll ended: `State::transition_to_idle` (it returned
+    /// `Pending`) or `transition_to_complete` (it finished); `arg` is its header.
+    /// Both are entries, not returns: no uretprobe on tokio's poll path.
+    TaskPollEnd = 7,
 }
 
 impl ScopeKind {
-    pub const ALL: [ScopeKind; 6] = [
+    pub const ALL: [ScopeKind; 8] = [
         ScopeKind::SessionCreate,
         ScopeKind::WorkerSpawn,
         ScopeKind::WorkerPoll,
         ScopeKind::WorkerDrop,
         ScopeKind::SessionClose,
         ScopeKind::SessionSpan,
+        ScopeKind::TaskPoll,
+        ScopeKind::TaskPollEnd,
     ];
 
     pub fn from_cookie(cookie: u32) -> Option<Self> {
@@ -216,7 +228,14 @@ impl ScopeKind {
             ScopeKind::WorkerDrop => "worker-drop",
             ScopeKind::SessionClose => "session-close",
             ScopeKind::SessionSpan => "session-span",
+            ScopeKind::TaskPoll => "task-poll",
+            ScopeKind::TaskPollEnd => "task-poll-end",
         }
+    }
+
+    /// A tokio task signal (built in), not a session one (a preset's).
+    pub fn is_task(self) -> bool {
+        matches!(self, ScopeKind::TaskPoll | ScopeKind::TaskPollEnd)
     }
 }
 

@@ -52,7 +52,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 4: records frames are zstd-compressed (the header frame is not).
 /// * 5: [`Header::frame_pointers`]; `AllocLayer::RustShimsAndLibc`. Versions
 ///   2 to 4 read as is, with frame pointers unknown.
-pub const FORMAT_VERSION: u32 = 5;
+/// * 6: scope kinds `task-poll` and `task-poll-end` (tokio's task polls).
+///   Version 5 reads as is.
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

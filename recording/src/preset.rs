@@ -16,6 +16,9 @@ use crate::ScopeKind;
 /// The built-in rmcp preset.
 pub const RMCP: &str = include_str!("../presets/rmcp.toml");
 
+/// The built-in tokio signals (task polls), added to whichever preset runs.
+pub const TOKIO: &str = include_str!("../presets/tokio.toml");
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Preset {
@@ -125,6 +128,11 @@ pub struct SpanRule {
 impl Preset {
     pub fn builtin() -> Self {
         Self::parse(RMCP).expect("the built-in preset parses")
+    }
+
+    /// tokio's task polls: probed in every target, whatever its preset.
+    pub fn tokio() -> Self {
+        Self::parse(TOKIO).expect("the built-in tokio preset parses")
     }
 
     pub fn load(path: &Path) -> Result<Self> {

@@ -1,0 +1,217 @@
+//! Objects: the lifecycle objects a recording shows, one model for every kind.
+//!
+//! An object has a kind, a birth, polls (windows in which its allocations are
+//! charged to it), an end, and children. rmcp's **session** is one kind (from a
+//! preset: [`crate::sessions`]); tokio's **task** is another, built in
+//! ([`crate::tasks`]): any tokio server has them. A task spawned while a
+//! session's window is open (its birth request, its worker's polls) is that
+//! session's child, and its bytes are the session's too.
+//!
+//! This module is the view `summary.json`'s `objects` and the verdict read:
+//! per kind, counts by state, bytes of the objects still alive, bytes that
+//! ended (or leaked) objects left behind, idle times, and where tasks were
+//! spawned from, with the one rule that makes tasks a finding:
+//! [`SpawnSite::leak`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::sessions::SessionState;
+use crate::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
+use crate::summary::{IdleSpread, Retained, percentile};
+use crate::tasks::TaskState;
+use crate::timeline::{Task, Timeline};
+
+/// Spawn sites listed per kind at most.
+const MAX_SPAWN_SITES: usize = 10;
+
+/// A spawn site whose parked tasks leak has at most this share of its tasks
+/// ended ("none has ended", with room for a few that a client closed).
+const MAX_ENDED_SHARE: f64 = 0.05;
+
+/// The kinds of lifecycle objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectKind {
+    Session,
+    Task,
+}
+
+/// One kind's objects at the end of a recording (`summary.json`'s `objects`).
+#[derive(Debug, Serialize)]
+pub struct ObjectSummary {
+    pub count: u64,
+    /// Objects per state (every state of the kind is listed).
+    pub states: BTreeMap<&'static str, u64>,
+    /// Per object still alive at the end (a live session; an alive or parked
+    /// task): bytes it holds.
+    pub alive_bytes: Retained,
+    /// Per object that ended (a task) or leaked (a session) and still holds
+    /// memory: what it left behind.
+    pub retained_bytes: Retained,
+    /// Per object still alive: seconds since it last did anything.
+    pub idle_s: IdleSpread,
+    /// Where the kind's objects were spawned from, most alive first (tasks).
+    pub spawn_sites: Vec<SpawnSite>,
+}
+
+/// Tasks spawned from one function.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpawnSite {
+    /// The function (`[unknown]` when the cell's stack does not reach the
+    /// program's code).
+    pub site: String,
+    pub count: u64,
+    pub ended: u64,
+    pub alive: u64,
+    pub parked: u64,
+    /// How many belong to a session (counted in its footprint).
+    pub in_sessions: u64,
+    /// Per task alive or parked at the end: bytes it owns.
+    pub alive_bytes: Retained,
+    /// Its tasks are a leak: see [`SpawnSite::is_leak`].
+    pub leak: bool,
+}
+
+impl SpawnSite {
+    /// Tasks that pile up: at least [`MIN_BLOCKS`] of them spawned during the
+    /// recording, outside sessions (a session's verdict covers its own), are
+    /// parked; their spawns span most of the target's activity (one per
+    /// request or event, not a burst at start-up); and (almost) none of the
+    /// site's tasks ended. A task that ends and frees its memory is no finding.
+    fn is_leak(&self, growing: bool) -> bool {
+        self.parked >= MIN_BLOCKS
+            && self.in_sessions == 0
+            && growing
+            && (self.ended as f64) <= MAX_ENDED_SHARE * self.count as f64
+    }
+}
+
+/// Every kind the recording shows objects of.
+pub fn objects(timeline: &Timeline) -> BTreeMap<ObjectKind, ObjectSummary> {
+    let mut kinds = BTreeMap::new();
+    if !timeline.sessions.is_empty() {
+        kinds.insert(ObjectKind::Session, sessions(timeline));
+    }
+    if !timeline.tasks.is_empty() {
+        kinds.insert(ObjectKind::Task, tasks(timeline));
+    }
+    kinds
+}
+
+fn sessions(timeline: &Timeline) -> ObjectSummary {
+    let sessions = &timeline.sessions;
+    let mut states: BTreeMap<&'static str, u64> =
+        SessionState::ALL.iter().map(|s| (s.name(), 0)).collect();
+    for s in sessions {
+        *states.entry(s.state.name()).or_default() += 1;
+    }
+    let live = || sessions.iter().filter(|s| s.state == SessionState::Live);
+    ObjectSummary {
+        count: sessions.len() as u64,
+        states,
+        alive_bytes: Retained::of(live().map(|s| s.live_at_end).collect()),
+        retained_bytes: Retained::of(
+            sessions
+                .iter()
+                .filter(|s| s.state == SessionState::Leaked)
+                .map(|s| s.retained)
+                .collect(),
+        ),
+        idle_s: idle(live().map(|s| s.idle_ns).collect()),
+        spawn_sites: Vec::new(),
+    }
+}
+
+fn tasks(timeline: &Timeline) -> ObjectSummary {
+    let tasks = &timeline.tasks;
+    let mut states: BTreeMap<&'static str, u64> =
+        TaskState::ALL.iter().map(|s| (s.name(), 0)).collect();
+    for t in tasks {
+        *states.entry(t.state.name()).or_default() += 1;
+    }
+    let alive = || tasks.iter().filter(|t| t.state != TaskState::Ended);
+    ObjectSummary {
+        count: tasks.len() as u64,
+        states,
+        alive_bytes: Retained::of(alive().map(|t| t.live_bytes).collect()),
+        retained_bytes: Retained::of(
+            tasks
+                .iter()
+                .filter(|t| t.state == TaskState::Ended && t.live_bytes > 0)
+                .map(|t| t.live_bytes)
+                .collect(),
+        ),
+        idle_s: idle(alive().map(|t| t.idle_ns).collect()),
+        spawn_sites: spawn_sites(timeline),
+    }
+}
+
+/// Tasks grouped by the function that spawned them: leaks first, then most
+/// alive, then most spawned.
+pub fn spawn_sites(timeline: &Timeline) -> Vec<SpawnSite> {
+    let mut by_site: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for task in &timeline.tasks {
+        by_site
+            .entry(task.spawned_from.as_deref().unwrap_or("[unknown]"))
+            .or_default()
+            .push(task);
+    }
+    let mut sites: Vec<SpawnSite> = by_site
+        .into_iter()
+        .map(|(site, tasks)| {
+            let of = |state| tasks.iter().filter(|t| t.state == state).count() as u64;
+            let mut site = SpawnSite {
+                site: site.to_owned(),
+                count: tasks.len() as u64,
+                ended: of(TaskState::Ended),
+                alive: of(TaskState::Alive),
+                parked: of(TaskState::Parked),
+                in_sessions: tasks.iter().filter(|t| t.session.is_some()).count() as u64,
+                alive_bytes: Retained::of(
+                    tasks
+                        .iter()
+                        .filter(|t| t.state != TaskState::Ended)
+                        .map(|t| t.live_bytes)
+                        .collect(),
+                ),
+                leak: false,
+            };
+            site.leak = site.is_leak(spawns_span_the_activity(&tasks, timeline.allocs));
+            site
+        })
+        .collect();
+    sites.sort_by_key(|s| {
+        (
+            !s.leak,
+            std::cmp::Reverse(s.alive + s.parked),
+            std::cmp::Reverse(s.count),
+        )
+    });
+    sites.truncate(MAX_SPAWN_SITES);
+    sites
+}
+
+/// The parked tasks among `tasks` were spawned during the recording across
+/// most of the target's activity (its allocations, in order).
+fn spawns_span_the_activity(tasks: &[&Task], allocations: u64) -> bool {
+    let seqs: Vec<u64> = tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Parked && t.born_ns.is_some())
+        .map(|t| t.born_seq)
+        .collect();
+    let (Some(first), Some(last)) = (seqs.iter().min(), seqs.iter().max()) else {
+        return false;
+    };
+    seqs.len() as u64 >= MIN_BLOCKS
+        && (last - first) as f64 >= MIN_SPAN_SHARE * allocations.max(1) as f64
+}
+
+fn idle(mut ns: Vec<u64>) -> IdleSpread {
+    ns.sort_unstable();
+    IdleSpread {
+        p50: percentile(&ns, 50.0) as f64 / 1e9,
+        max: ns.last().copied().unwrap_or(0) as f64 / 1e9,
+    }
+}
