@@ -23,6 +23,9 @@ use crate::summary::{IdleSpread, Retained, percentile};
 use crate::tasks::TaskState;
 use crate::timeline::{Task, Timeline};
 
+/// A spawn site no frame of the program names.
+pub const UNKNOWN_SITE: &str = "[unknown]";
+
 /// Spawn sites listed per kind at most.
 const MAX_SPAWN_SITES: usize = 10;
 
@@ -59,9 +62,11 @@ pub struct ObjectSummary {
 /// Tasks spawned from one function.
 #[derive(Debug, Clone, Serialize)]
 pub struct SpawnSite {
-    /// The function (`[unknown]` when the cell's stack does not reach the
-    /// program's code).
+    /// The function (`[unknown] (cells of N B)` when the cell's stack does
+    /// not reach the program's code: a build without frame pointers).
     pub site: String,
+    /// `site` names a function.
+    pub known: bool,
     pub count: u64,
     pub ended: u64,
     pub alive: u64,
@@ -151,19 +156,23 @@ fn tasks(timeline: &Timeline) -> ObjectSummary {
 /// Tasks grouped by the function that spawned them: leaks first, then most
 /// alive, then most spawned.
 pub fn spawn_sites(timeline: &Timeline) -> Vec<SpawnSite> {
-    let mut by_site: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    // Tasks whose spawn site is unknown (a stack that stops inside tokio) are
+    // told apart by their cell's size: one future type, one size.
+    let mut by_site: BTreeMap<String, Vec<&Task>> = BTreeMap::new();
     for task in &timeline.tasks {
-        by_site
-            .entry(task.spawned_from.as_deref().unwrap_or("[unknown]"))
-            .or_default()
-            .push(task);
+        let site = match &task.spawned_from {
+            Some(site) => site.clone(),
+            None => format!("{UNKNOWN_SITE} (cells of {} B)", task.cell_size),
+        };
+        by_site.entry(site).or_default().push(task);
     }
     let mut sites: Vec<SpawnSite> = by_site
         .into_iter()
         .map(|(site, tasks)| {
             let of = |state| tasks.iter().filter(|t| t.state == state).count() as u64;
             let mut site = SpawnSite {
-                site: site.to_owned(),
+                known: !site.starts_with(UNKNOWN_SITE),
+                site,
                 count: tasks.len() as u64,
                 ended: of(TaskState::Ended),
                 alive: of(TaskState::Alive),

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use leakscope_recording::Tail;
 
+use crate::objects::ObjectKind;
 use crate::summary::Summary;
 use crate::timeline::Timeline;
 use crate::units::bytes;
@@ -17,6 +18,7 @@ const BY_CATEGORY: &str = "#memory-by-category";
 const TOP_SITES: &str = "#top-retaining-call-sites";
 const FINDINGS: &str = "#findings-no-preset-needed";
 const RECORDING: &str = "#recording";
+const TASKS: &str = "#tasks";
 const CHART: &str = "retained-vs-reclaimed.png";
 
 /// `report.md`. It opens with three lines (the verdict, the evidence, the
@@ -53,6 +55,13 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         "[![Live bytes by category over time; reclaimed bytes, session births and worker exits]({CHART})]({CHART})\n"
     );
 
+    let task_leak = summary
+        .objects
+        .get(&ObjectKind::Task)
+        .is_some_and(|t| t.spawn_sites.iter().any(|s| s.leak));
+    if task_leak {
+        tasks_section(&mut md, summary);
+    }
     if summary.sessions.count > 0 {
         sessions_sections(&mut md, summary, timeline);
         findings_section(&mut md, summary);
@@ -70,6 +79,9 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         );
     }
 
+    if !task_leak {
+        tasks_section(&mut md, summary);
+    }
     let _ = writeln!(md, "\n## Recording\n");
     let _ = writeln!(
         md,
@@ -305,6 +317,50 @@ fn findings_section(md: &mut String, summary: &Summary) {
     }
 }
 
+/// Tokio's tasks, by the function that spawned them; one line when the
+/// process has none (or the probe found no tokio).
+fn tasks_section(md: &mut String, summary: &Summary) {
+    let _ = writeln!(md, "\n## Tasks\n");
+    let Some(tasks) = summary.objects.get(&ObjectKind::Task) else {
+        let _ = writeln!(
+            md,
+            "No tokio task was seen polling (no tokio runtime in the process, or its task functions were not found).\n"
+        );
+        return;
+    };
+    let state = |name: &str| tasks.states.get(name).copied().unwrap_or(0);
+    let _ = writeln!(
+        md,
+        "{} tasks seen polling: {} ended, {} alive, {} parked (not polled for most of their life). Tasks still running hold {} each (p50), {} in all; ended tasks left {} behind. A task's bytes are its cell and what its polls allocated and is still live; a session's tasks count in its footprint too.\n",
+        tasks.count,
+        state("ended"),
+        state("alive"),
+        state("parked"),
+        bytes(tasks.alive_bytes.p50),
+        bytes(tasks.alive_bytes.total),
+        bytes(tasks.retained_bytes.total),
+    );
+    let _ = writeln!(
+        md,
+        "| spawned from | tasks | ended | alive | parked | in sessions | each holds (p50) | held | leak |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    );
+    for site in &tasks.spawn_sites {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            site.site,
+            site.count,
+            site.ended,
+            site.alive,
+            site.parked,
+            site.in_sessions,
+            bytes(site.alive_bytes.p50),
+            bytes(site.alive_bytes.total),
+            if site.leak { "yes" } else { "" }
+        );
+    }
+}
+
 fn median(values: &[f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -392,6 +448,11 @@ fn verdict_figures(summary: &Summary, timeline: &Timeline) -> Vec<(String, &'sta
             ),
             CHART,
         ));
+    }
+    if let Some(tasks) = summary.objects.get(&ObjectKind::Task) {
+        for site in &tasks.spawn_sites {
+            figures.push((format!("{} tasks spawned", site.parked), TASKS));
+        }
     }
     let live: u64 = timeline.sites.iter().map(|s| s.retained_bytes).sum();
     figures.push((

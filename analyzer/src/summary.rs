@@ -311,6 +311,12 @@ const LIBRARY_PREFIXES: &[&str] = &[
 /// Trait impls of the standard library (`<u8 as alloc::vec::...>::from_elem`).
 const LIBRARY_IMPLS: &[&str] = &[" as alloc::", " as core::", " as std::", " as hashbrown::"];
 
+/// A frame of the standard library or its collections.
+pub fn is_library_frame(name: &str) -> bool {
+    LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p))
+        || LIBRARY_IMPLS.iter().any(|p| name.contains(p))
+}
+
 /// The innermost frame of the program itself: not the allocator (a
 /// `#[global_allocator]` of any kind, rustc's shims), not the standard library
 /// or its collections, and not an inlined frame's bare short name; the
@@ -320,8 +326,7 @@ pub fn own_frame<'a>(frames: impl IntoIterator<Item = &'a str> + Clone) -> Optio
         let short = short_name(name);
         !short.is_empty()
             && !short.starts_with(['{', ':'])
-            && !LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p))
-            && !LIBRARY_IMPLS.iter().any(|p| name.contains(p))
+            && !is_library_frame(name)
             && !crate::sites::is_allocator_frame(name)
     };
     // A full path first (inlined frames carry bare short names), then any.

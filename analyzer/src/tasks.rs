@@ -208,7 +208,13 @@ pub fn spawn_site(frames: Vec<crate::symbolize::Frame>) -> Option<String> {
     let outside_tokio: Vec<&str> = frames
         .iter()
         .map(|f| f.function.as_str())
-        .filter(|name| !name.starts_with("tokio::") && !name.starts_with("<tokio::"))
+        .filter(|name| {
+            !name.starts_with("tokio::")
+                && !name.starts_with("<tokio::")
+                && !name.starts_with("0x")
+                && !crate::sites::is_allocator_frame(name)
+                && !crate::summary::is_library_frame(name)
+        })
         .collect();
     if outside_tokio.is_empty() {
         return None;

@@ -58,6 +58,8 @@ pub struct Task {
     pub idle_ns: u64,
     /// Bytes it owns live at the end: its cell and what its polls allocated.
     pub live_bytes: u64,
+    /// Its cell's size (one per future type), 0 when its cell was not seen.
+    pub cell_size: u64,
     /// What its polls allocated over the recording (its cell included).
     pub allocated: u64,
     /// The function that spawned it (the first frame of its cell's stack
@@ -403,6 +405,7 @@ impl Builder {
                     polls: life.polls,
                     idle_ns: end_ns.saturating_sub(life.last_poll_ns),
                     live_bytes: bytes.live,
+                    cell_size: life.cell_size,
                     allocated: bytes.allocated,
                     spawned_from: spawn_sites
                         .entry(life.cell_stack)

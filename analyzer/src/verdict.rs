@@ -317,10 +317,20 @@ fn describe_parked(site: &SpawnSite) -> String {
         0 => "none has ended".to_owned(),
         n => format!("only {n} of the {} it spawned ended", site.count),
     };
+    let from = if site.known {
+        format!("from `{}`", site.site)
+    } else {
+        format!(
+            "from a function their stacks do not reach (they stop inside tokio; {}, one future type)",
+            site.site
+                .trim_start_matches(crate::objects::UNKNOWN_SITE)
+                .trim()
+                .trim_matches(['(', ')'])
+        )
+    };
     format!(
-        "{} tasks spawned from `{}` are parked (not polled for most of their life), each keeping {} (p50), {} in all; {ended}",
+        "{} tasks spawned {from} are parked (not polled for most of their life), each keeping {} (p50), {} in all; {ended}",
         site.parked,
-        site.site,
         bytes(site.alive_bytes.p50),
         bytes(site.alive_bytes.total),
     )
