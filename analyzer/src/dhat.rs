@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::attribute::{Category, PerCategory, Rules};
+use crate::stages::attribute::{Category, PerCategory, Rules};
 
 #[derive(Debug, Deserialize)]
 struct Profile {

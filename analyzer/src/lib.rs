@@ -1,55 +1,47 @@
 //! leakscope's analyzer: recordings in, attribution, timelines, reports out.
 //!
-//! A pipeline of small stages, each its own module and tested alone (inferno's
-//! style: plain data between stages):
+//! A pipeline of small stages (inferno's style: plain data between stages), then
+//! the outputs that read what the stages produced:
 //!
 //! ```text
 //! recording (leakscope_recording, read with a tolerated torn tail)
-//!   -> stacks     symbolize (blazesym over the recorded mappings) + attribute (category rules)
-//!   -> sessions   which session owns a block (birth windows, containment, spans)
-//!   -> accounting live / reclaimed / transient / retained, per category and session, over time
-//!   -> sites      what is still live, by call site
-//!   -> profile    every stack's allocations and live blocks (heap profile)
-//!   => timeline   the result of one streaming pass
-//!   -> verdict    what was observed, in one line (`verdict`'s rules)
-//!   -> outputs    summary (summary.json), report (report.md), charts (SVG/PNG),
-//!                 flamegraph, trace (Perfetto), pprof (profile.pb.gz)
+//!   stages/     symbolize (blazesym over the recorded mappings) -> stacks (deduplicated,
+//!               allocator frames trimmed, named) -> attribute (category rules) ->
+//!               objects (sessions and tokio tasks: who owns a block) -> accounting (live,
+//!               reclaimed, transient, retained over time) -> sites (what is still live, by
+//!               call site) -> profile (every stack's allocations and live blocks)
+//!               => timeline (the result of one streaming pass)
+//!   outputs/    summary (summary.json, with the verdict), report (report.md), charts
+//!               (SVG/PNG), flamegraph, trace (Perfetto), pprof (profile.pb.gz), diff;
+//!               written to one directory, through --redact, by `outputs::OutputDir`
 //! ```
-//! [`dhat`] imports DHAT's own profiles into the same categories. [`units`] says
-//! how figures read. Library code returns what happened (warnings, progress
-//! through a callback); the `leakscope` binary decides what to print.
+//! [`dhat`] imports DHAT's own profiles into the same categories. Library code
+//! returns what happened (warnings, progress through a callback); the
+//! `leakscope` binary decides what to print. What the binaries, the fixtures and
+//! the fuzz targets use is re-exported here; the rest is private to the crate.
 
-pub mod accounting;
-pub mod attribute;
-pub mod charts;
 pub mod dhat;
-pub mod diff;
-pub mod flamegraph;
-pub mod objects;
-pub mod pprof;
-pub mod profile;
-pub mod redact;
-pub mod report;
-pub mod sessions;
-pub mod sites;
-pub mod stacks;
-pub mod summary;
-pub mod symbolize;
-pub mod tasks;
-pub mod timeline;
-pub mod trace;
-pub mod units;
-pub mod verdict;
+mod outputs;
+mod stages;
+mod units;
+
+pub use outputs::diff::Diff;
+pub use outputs::summary::{Summary, VerdictKind, percentile, summarize};
+pub use stages::attribute::{Category, Rules};
+pub use stages::names::short_name;
+pub use stages::objects::sessions::SessionState;
+pub use stages::objects::tasks::TaskState;
+pub use stages::sites::Site;
+pub use stages::symbolize::{Frame, Symbolizer};
+pub use stages::timeline::{Builder, Session, Task, Timeline};
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use leakscope_recording::RecordingReader;
 
-use crate::accounting::SAMPLE_INTERVAL_NS;
-use crate::attribute::Rules;
-use crate::summary::{Summary, summarize};
-use crate::timeline::{Builder, Timeline};
+use crate::outputs::OutputDir;
+use crate::stages::accounting::SAMPLE_INTERVAL_NS;
 
 /// Progress is reported every this many records.
 const PROGRESS_EVERY_RECORDS: u64 = 65_536;
@@ -152,67 +144,8 @@ pub fn report_with_progress(
         on_progress,
     )?;
     let summary = summarize(&timeline);
-    std::fs::create_dir_all(&options.out_dir)
-        .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
-    let redactor = options.redact.then(redact::Redactor::new);
-    // Every text output goes through this: redacted when asked.
-    let write = |name: &str, text: String| -> Result<()> {
-        let text = match &redactor {
-            Some(r) => r.text(&text),
-            None => text,
-        };
-        let path = options.out_dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
-    };
-    write("summary.json", serde_json::to_string_pretty(&summary)?)?;
-    write("report.md", report::render(&summary, &timeline))?;
-    let mut trace = trace::chrome_trace(
-        &timeline.header,
-        (
-            timeline.start_ns,
-            timeline.end_ns,
-            timeline.trace_origin_ns.unwrap_or(timeline.start_ns),
-        ),
-        &timeline.sessions,
-        &timeline.samples,
-    );
-    let mut warnings = timeline.warnings.clone();
-    if let Some(app) = &options.app_trace {
-        let text = std::fs::read_to_string(app)
-            .with_context(|| format!("cannot read {}", app.display()))?;
-        trace::merge_app_trace(&mut trace, &text, timeline.header.pid)
-            .with_context(|| format!("{} is not a Chrome trace", app.display()))?;
-        if timeline.trace_origin_ns.is_none() {
-            warnings.push(format!(
-                "the recording has no trace origin (it was not made with leakscope_inproc::chrome_layer): {} is merged into trace.json but its clock may not line up",
-                app.display()
-            ));
-        }
-    }
-    write("trace.json", serde_json::to_string(&trace)?)?;
-    let exe = timeline.header.exe.rsplit('/').next().unwrap_or("target");
-    let flamegraph = options.out_dir.join("flamegraph.svg");
-    flamegraph::write(
-        &timeline.sites,
-        &format!(
-            "Bytes live at the end of the recording: {exe} (pid {})",
-            timeline.header.pid
-        ),
-        &flamegraph,
-    )?;
-    if redactor.is_some() {
-        write("flamegraph.svg", std::fs::read_to_string(&flamegraph)?)?;
-    }
-    charts::write_all(&timeline, &options.out_dir)?;
-    pprof::write_timeline(
-        &timeline,
-        &options.out_dir.join("profile.pb.gz"),
-        redactor.as_ref(),
-    )?;
-    let warnings = match &redactor {
-        Some(r) => warnings.iter().map(|w| r.text(w)).collect(),
-        None => warnings,
-    };
+    let out = OutputDir::create(&options.out_dir, options.redact)?;
+    let warnings = outputs::write_report(&out, &summary, &timeline, options.app_trace.as_deref())?;
     Ok(Report { summary, warnings })
 }
 
@@ -226,7 +159,7 @@ fn rules(user_file: Option<&Path>) -> Result<Rules> {
 
 /// What `diff` produced.
 pub struct DiffReport {
-    pub diff: diff::Diff,
+    pub diff: Diff,
     /// Warnings about either recording, each naming it.
     pub warnings: Vec<String>,
 }
@@ -259,27 +192,13 @@ pub fn diff_recordings(
     };
     let (old, old_summary) = read(before)?;
     let (new, new_summary) = read(after)?;
-    let diff = diff::diff(
+    let diff = outputs::diff::diff(
         (&before.display().to_string(), &old_summary, &old),
         (&after.display().to_string(), &new_summary, &new),
     );
-    std::fs::create_dir_all(&options.out_dir)
-        .with_context(|| format!("cannot create {}", options.out_dir.display()))?;
-    let redactor = options.redact.then(redact::Redactor::new);
-    let redacted = |text: String| match &redactor {
-        Some(r) => r.text(&text),
-        None => text,
-    };
-    std::fs::write(
-        options.out_dir.join("diff.json"),
-        redacted(serde_json::to_string_pretty(&diff)?),
-    )?;
-    std::fs::write(
-        options.out_dir.join("diff.md"),
-        redacted(diff::render(&diff)),
-    )?;
-    charts::write_diff(&old, &new, &diff, &options.out_dir)?;
-    let warnings = warnings.into_iter().map(redacted).collect();
+    let out = OutputDir::create(&options.out_dir, options.redact)?;
+    outputs::write_diff(&out, &diff, &old, &new)?;
+    let warnings = warnings.into_iter().map(|w| out.redacted(w)).collect();
     Ok(DiffReport { diff, warnings })
 }
 
@@ -293,7 +212,7 @@ pub fn pprof_with_progress(
     on_progress: impl FnMut(Progress),
 ) -> Result<Vec<String>> {
     let timeline = analyze_with_progress(recording, rules(rules_file)?, grace_ns, on_progress)?;
-    pprof::write_timeline(&timeline, out, None)?;
+    outputs::write_file(out, &outputs::pprof::of_timeline(&timeline, None)?)?;
     Ok(timeline.warnings)
 }
 
@@ -335,7 +254,8 @@ mod tests {
             &mut profile,
         )
         .unwrap();
-        let profile = <pprof::Profile as prost::Message>::decode(profile.as_slice()).unwrap();
+        let profile =
+            <outputs::pprof::Profile as prost::Message>::decode(profile.as_slice()).unwrap();
         assert!(
             profile
                 .string_table

@@ -133,8 +133,8 @@ fn run(cli: Cli) -> Result<()> {
             rules,
         } => {
             let rules = match rules {
-                Some(path) => leakscope_analyzer::attribute::Rules::with_user_file(&path)?,
-                None => leakscope_analyzer::attribute::Rules::builtin(),
+                Some(path) => leakscope_analyzer::Rules::with_user_file(&path)?,
+                None => leakscope_analyzer::Rules::builtin(),
             };
             let attribution = leakscope_analyzer::dhat::attribute_profile(&profile, &rules)?;
             print!("{}", leakscope_analyzer::dhat::render(&attribution));

@@ -234,7 +234,7 @@ fn pprof_reads_like_the_report(leaky: &Run) {
     let name = first.split_whitespace().nth(5).unwrap();
     let site = leaky.summary["top_sites"][0]["frames"][0].as_str().unwrap();
     // pprof shows names without their generic arguments.
-    let site_short = leakscope_analyzer::summary::short_name(site);
+    let site_short = leakscope_analyzer::short_name(site);
     assert_eq!(
         name, site_short,
         "pprof's top entry {first:?}; the report's top site {site}"

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use leakscope_analyzer::attribute::Rules;
+use leakscope_analyzer::Rules;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

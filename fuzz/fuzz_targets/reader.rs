@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use leakscope_analyzer::attribute::Rules;
-use leakscope_analyzer::timeline::Builder;
+use leakscope_analyzer::Rules;
+use leakscope_analyzer::Builder;
 use leakscope_recording::Record;
 use libfuzzer_sys::fuzz_target;
 
@@ -27,5 +27,5 @@ fuzz_target!(|data: &[u8]| {
     }
     let tail = reader.tail().cloned().expect("drained");
     let timeline = builder.finish(header, tail);
-    let _ = leakscope_analyzer::summary::summarize(&timeline);
+    let _ = leakscope_analyzer::summarize(&timeline);
 });

@@ -1,117 +1,26 @@
 //! The timeline: one streaming pass over a recording, through the stages.
 //!
 //! Each record goes to the stage that owns its concept: `Stack` and `Mapping` to
-//! [`stacks`](crate::stacks) (symbolize, categorize), lifecycle scopes and session
-//! facts to [`sessions`](crate::sessions) (which session owns a block), allocations
-//! and frees to [`accounting`](crate::accounting) (live, reclaimed, transient,
-//! retained over time). At the end, [`sites`](crate::sites) groups what is still
+//! [`stacks`](crate::stages::stacks) (symbolize, categorize), lifecycle scopes and session
+//! facts to [`sessions`](crate::stages::objects::sessions) (which session owns a block), allocations
+//! and frees to [`accounting`](crate::stages::accounting) (live, reclaimed, transient,
+//! retained over time). At the end, [`sites`](crate::stages::sites) groups what is still
 //! live by call site. The [`Timeline`] is what the outputs read.
 
 use std::collections::HashMap;
 
 use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Tail};
 
-use crate::accounting::{Accounting, Block, SessionBytes};
-pub use crate::accounting::{CategoryTotals, Sample};
-use crate::attribute::{PerCategory, Rules};
-use crate::profile::{Allocated, HeapProfile};
-pub use crate::sessions::SessionState;
-use crate::sessions::SessionTracker;
-pub use crate::sites::Site;
-use crate::stacks::Stacks;
-pub use crate::tasks::TaskState;
-use crate::tasks::TaskTracker;
-
-/// One session as the recording shows it: its lifecycle and its bytes.
-#[derive(Debug, Clone, Default)]
-pub struct Session {
-    /// The session id string, when the recording names it (in-process mode).
-    pub id: Option<String>,
-    pub born_ns: u64,
-    pub worker_end_ns: Option<u64>,
-    pub allocated: u64,
-    pub reclaimed: u64,
-    /// Freed within the grace period after the worker ended.
-    pub transient: u64,
-    /// Still live at the end, worker gone for longer than the grace period.
-    pub retained: u64,
-    /// Still live at the end (retained or not).
-    pub live_at_end: u64,
-    pub state: SessionState,
-    /// How long it had done nothing at the end (no birth, no worker poll since).
-    pub idle_ns: u64,
-    /// Polls of its worker seen ([`crate::sessions::SessionLife::polls`]).
-    pub polls: u32,
-}
-
-/// One tokio task as the recording shows it ([`crate::tasks`]).
-#[derive(Debug, Clone)]
-pub struct Task {
-    /// `None`: spawned before the recording began.
-    pub born_ns: Option<u64>,
-    /// The activity clock at its spawn (the recording's allocations so far).
-    pub born_seq: u64,
-    pub end_ns: Option<u64>,
-    pub state: TaskState,
-    pub polls: u32,
-    /// Since its last poll, at the end of the recording.
-    pub idle_ns: u64,
-    /// Bytes it owns live at the end: its cell and what its polls allocated.
-    pub live_bytes: u64,
-    /// Its cell's size (one per future type), 0 when its cell was not seen.
-    pub cell_size: u64,
-    /// What its polls allocated over the recording (its cell included).
-    pub allocated: u64,
-    /// The function that spawned it (the first frame of its cell's stack
-    /// outside tokio, the allocator and the standard library), when known.
-    pub spawned_from: Option<String>,
-    /// Its cell's stack.
-    pub stack: Option<leakscope_recording::StackId>,
-    /// The task that spawned it (an index into [`Timeline::tasks`]).
-    pub parent: Option<usize>,
-    /// The session it belongs to (an index into [`Timeline::sessions`]).
-    pub session: Option<usize>,
-}
-
-pub struct Timeline {
-    pub header: Header,
-    pub tail: Tail,
-    pub end_reason: Option<EndReason>,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub allocs: u64,
-    pub frees: u64,
-    pub lost: u64,
-    pub lost_by_reason: Vec<(LostReason, u64)>,
-    pub sessions: Vec<Session>,
-    /// Every tokio task seen polling, in order of first poll.
-    pub tasks: Vec<Task>,
-    pub categories: PerCategory<CategoryTotals>,
-    pub samples: Vec<Sample>,
-    pub session_births_s: Vec<f64>,
-    pub worker_ends_s: Vec<f64>,
-    /// Live blocks at the end grouped by stack: most session-retained bytes first.
-    pub sites: Vec<Site>,
-    /// What survives of the recording's allocations, by when in the target's
-    /// activity it was allocated (a warm-up's rest, or growth).
-    pub rest: crate::sites::Rest,
-    /// Every stack's allocations and live blocks, for the pprof output.
-    pub profile: HeapProfile,
-    /// Time zero of the application's own trace (`tracing-chrome`), if the
-    /// recording has one: `trace.json` then counts from it, so both line up.
-    pub trace_origin_ns: Option<u64>,
-    pub grace_ns: u64,
-    /// Things the reader of a report should know (e.g. a torn recording).
-    pub warnings: Vec<String>,
-    /// Lifecycle signals the recording lacks, each with what it means for the verdict.
-    pub missing_signals: Vec<String>,
-}
-
-impl Timeline {
-    pub fn duration_s(&self) -> f64 {
-        (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9
-    }
-}
+pub use crate::stages::accounting::Sample;
+use crate::stages::accounting::{Accounting, Block, SessionBytes};
+use crate::stages::attribute::Rules;
+pub use crate::stages::objects::sessions::SessionState;
+use crate::stages::objects::sessions::SessionTracker;
+pub use crate::stages::objects::tasks::TaskState;
+use crate::stages::objects::tasks::TaskTracker;
+use crate::stages::profile::Allocated;
+pub use crate::stages::sites::Site;
+use crate::stages::stacks::Stacks;
 
 /// Builds the timeline from records (the reader's iterator) in one pass.
 pub struct Builder {
@@ -294,7 +203,7 @@ impl Builder {
         addr: u64,
         size: u64,
         stack: Option<leakscope_recording::StackId>,
-        inherited: Option<crate::sessions::SessionKey>,
+        inherited: Option<crate::stages::objects::sessions::SessionKey>,
     ) {
         if addr == 0 {
             return;
@@ -346,8 +255,8 @@ impl Builder {
         let end_ns = self.last_ns;
         let start_ns = self.start_ns.unwrap_or(end_ns);
         let totals = self.books.finish(end_ns, &self.sessions);
-        let sites = crate::sites::sites(&totals.live, totals.allocs, &mut self.stacks);
-        let rest = crate::sites::Rest::of(&totals.live, totals.allocs, &totals.samples);
+        let sites = crate::stages::sites::sites(&totals.live, totals.allocs, &mut self.stacks);
+        let rest = crate::stages::sites::Rest::of(&totals.live, totals.allocs, &totals.samples);
         // Saturating: a producer's timestamps need not be monotonic in record order.
         let to_s = |ts: &u64| ts.saturating_sub(start_ns) as f64 / 1e9;
         let worker_ends_s = self.sessions.worker_ends().iter().map(to_s).collect();
@@ -410,7 +319,9 @@ impl Builder {
                     spawned_from: spawn_sites
                         .entry(life.cell_stack)
                         .or_insert_with(|| {
-                            crate::tasks::spawn_site(self.stacks.frames(life.cell_stack))
+                            crate::stages::objects::tasks::spawn_site(
+                                self.stacks.frames(life.cell_stack),
+                            )
                         })
                         .clone(),
                     stack: life.cell_stack,
@@ -419,7 +330,7 @@ impl Builder {
                 }
             })
             .collect();
-        let profile = crate::profile::build(
+        let profile = crate::stages::profile::build(
             allocated,
             &totals.live,
             |key| index.get(key as usize).map(|&i| sessions[i].state),
@@ -478,256 +389,10 @@ impl Builder {
     }
 }
 
-/// The lifecycle signals a recording lacks, from the scopes its preset named
-/// that matched nothing, each with what the verdict cannot claim without it.
-fn missing_signals(header: &Header) -> Vec<String> {
-    use leakscope_recording::ScopeKind;
-    header
-        .settings
-        .missing_scopes
-        .iter()
-        .filter_map(|kind| {
-            let consequence = match kind {
-                ScopeKind::SessionCreate => {
-                    "no session births: sessions cannot be counted; see the findings by call site"
-                }
-                ScopeKind::WorkerSpawn => {
-                    "no worker spawns: the worker's task is not linked to its session"
-                }
-                ScopeKind::WorkerPoll => {
-                    "no worker polls: the worker's own allocations are not charged to sessions"
-                }
-                ScopeKind::WorkerDrop => {
-                    "no worker ends: a kept entry cannot be told leaked from live (reported unknown)"
-                }
-                ScopeKind::SessionClose
-                | ScopeKind::SessionSpan
-                | ScopeKind::TaskPoll
-                | ScopeKind::TaskPollEnd => return None,
-            };
-            Some(format!("{}: {consequence}", kind.name()))
-        })
-        .collect()
-}
+mod model;
+
+use model::missing_signals;
+pub use model::{Session, Task, Timeline};
 
 #[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use leakscope_recording::{
-        AllocLayer, ClockOrigin, Phase, Producer, Record, ScopeKind, Settings,
-    };
-
-    use super::*;
-    use crate::analyze;
-    use crate::attribute::Category;
-
-    const GRACE: u64 = 1_000_000_000;
-
-    fn recording(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures/recordings")
-            .join(name)
-    }
-
-    fn header() -> Header {
-        Header {
-            producer: Producer::InProcess,
-            producer_version: "test".into(),
-            pid: 1,
-            exe: "/nonexistent".into(),
-            build_id: None,
-            clock: ClockOrigin {
-                monotonic_ns: 0,
-                unix_ns: 0,
-            },
-            rmcp_version: None,
-            settings: Settings {
-                alloc_layer: AllocLayer::GlobalAllocator,
-                alloc_layer_reason: String::new(),
-                stack_depth: 0,
-                preset: None,
-                scope_probes: vec![],
-                missing_scopes: vec![],
-                scope_functions: vec![],
-                notes: vec![],
-            },
-            frame_pointers: leakscope_recording::FramePointers::Unknown,
-        }
-    }
-
-    fn scope(ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) -> Record {
-        Record::Scope {
-            ts,
-            tid,
-            kind,
-            phase,
-            arg,
-        }
-    }
-
-    /// A block allocated without a stack.
-    fn alloc(ts: u64, tid: u32, addr: u64, size: u64) -> Record {
-        Record::Alloc {
-            ts,
-            tid,
-            addr,
-            size,
-            stack: None,
-        }
-    }
-
-    #[test]
-    fn polls_and_worker_end_are_linked_by_containment() {
-        let s = 1_000_000_000;
-        let records = vec![
-            scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
-            alloc(s, 1, 0x1000, 100),
-            scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
-            // Not in the window: belongs to no session.
-            alloc(s, 1, 0x9000, 7),
-            // A poll on another thread whose argument points inside the task block.
-            scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010),
-            alloc(2 * s, 2, 0x2000, 50),
-            scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Exit, 0),
-            scope(3 * s, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1020),
-            Record::Free {
-                ts: 3 * s + 10,
-                tid: 2,
-                addr: 0x2000,
-            },
-            Record::End {
-                ts: 10 * s,
-                reason: EndReason::Finished,
-            },
-        ];
-        let mut builder = Builder::new(Rules::builtin(), GRACE, s);
-        for record in records {
-            builder.push(record);
-        }
-        let timeline = builder.finish(header(), Tail::Clean);
-        assert_eq!(timeline.sessions.len(), 1);
-        let session = &timeline.sessions[0];
-        assert_eq!(
-            session.allocated, 150,
-            "the birth block and the poll's block"
-        );
-        assert_eq!(session.worker_end_ns, Some(3 * s));
-        assert_eq!(session.transient, 50, "freed right after the worker ended");
-        assert_eq!(session.retained, 100, "the task block outlived its worker");
-        assert_eq!(timeline.categories[Category::Other].live_at_end, 107);
-        assert_eq!(timeline.worker_ends_s, vec![2.0]);
-    }
-
-    /// A drop that may have taken a scope exit makes the threads' open windows
-    /// unknown; a block the probe could not learn (a posix_memalign whose
-    /// slot another thread took) takes no record, so the windows stand.
-    #[test]
-    fn only_losses_that_may_drop_scope_records_close_open_windows() {
-        let s = 1_000_000_000;
-        let allocated_after = |reason| {
-            let mut builder = Builder::new(Rules::builtin(), GRACE, s);
-            for record in [
-                scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
-                alloc(s, 1, 0x1000, 100),
-                Record::Lost {
-                    ts: s,
-                    reason,
-                    count: 1,
-                },
-                alloc(s, 1, 0x2000, 20),
-                scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
-                Record::End {
-                    ts: 10 * s,
-                    reason: EndReason::Finished,
-                },
-            ] {
-                builder.push(record);
-            }
-            let timeline = builder.finish(header(), Tail::Clean);
-            timeline.sessions.iter().map(|s| s.allocated).sum::<u64>()
-        };
-        assert_eq!(allocated_after(LostReason::PendingFull), 120);
-        assert_eq!(allocated_after(LostReason::Stack), 120);
-        assert_eq!(allocated_after(LostReason::RingFull), 100);
-    }
-
-    /// realloc frees its old block inside the call: another thread can be handed
-    /// that address before the realloc's record; the late free must not delete
-    /// the other thread's live block.
-    #[test]
-    fn a_reused_address_is_not_freed_by_a_late_realloc() {
-        let records = vec![
-            alloc(10, 1, 0x100, 64),
-            // Thread 2 gets 0x100 at ts 30, after thread 1's realloc began (20)...
-            alloc(30, 2, 0x100, 32),
-            // ...and thread 1's realloc (entered at 20) is recorded at 40.
-            Record::Realloc {
-                ts: 40,
-                tid: 1,
-                old: 0x100,
-                new: 0x200,
-                size: 128,
-                stack: None,
-                entry_ts: 20,
-            },
-            Record::End {
-                ts: 50,
-                reason: EndReason::Finished,
-            },
-        ];
-        let mut builder = Builder::new(Rules::builtin(), GRACE, 1_000_000_000);
-        for record in records {
-            builder.push(record);
-        }
-        let timeline = builder.finish(header(), Tail::Clean);
-        assert_eq!(
-            timeline.categories[Category::Other].live_at_end,
-            32 + 128,
-            "thread 2's block and the realloc's new block are both live"
-        );
-    }
-
-    #[test]
-    fn leaky_recording_retains_the_session_channel_per_session() {
-        let timeline = analyze(
-            &recording("leaky-5-sessions.lsrec"),
-            Rules::builtin(),
-            GRACE,
-        )
-        .unwrap();
-        assert_eq!(timeline.sessions.len(), 5);
-        assert!(timeline.sessions.iter().all(|s| s.worker_end_ns.is_some()));
-        let exact = timeline
-            .sessions
-            .iter()
-            .filter(|s| s.retained == 12_064 + 512)
-            .count();
-        assert!(
-            exact >= 4,
-            "the SessionEvent channel's two blocks per session: {:?}",
-            timeline.sessions
-        );
-        assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
-        assert_eq!(timeline.end_reason, Some(EndReason::Interrupted));
-    }
-
-    #[test]
-    fn fixed_recording_retains_nothing_per_session() {
-        let timeline = analyze(
-            &recording("fixed-5-sessions.lsrec"),
-            Rules::builtin(),
-            GRACE,
-        )
-        .unwrap();
-        assert_eq!(timeline.sessions.len(), 5);
-        // At most a table resize of the map lands in one session; no channel survives.
-        let sessions = &timeline.sessions;
-        assert!(sessions.iter().all(|s| s.retained < 1024), "{sessions:?}");
-        assert!(
-            sessions.iter().filter(|s| s.retained == 0).count() >= 4,
-            "{sessions:?}"
-        );
-        assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
-    }
-}
+mod tests;

@@ -5,25 +5,23 @@
 //!   marked along the top and bottom edges.
 //! * `sessions`: per session, retained and reclaimed bytes against its birth time:
 //!   a constant per-session leak reads as a flat band, a fixed server as zero.
-//! * `diff-live` and `diff-sessions` ([`write_diff`]): two recordings on shared
+//! * `diff-live` and `diff-sessions` ([`diff`]): two recordings on shared
 //!   axes, for `leakscope diff`.
 //!
 //! PNG text is drawn with the embedded DejaVu Sans (`assets/`), so rendering does
 //! not depend on the fonts of the machine.
 
-use std::path::Path;
 use std::sync::Once;
 
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::attribute::Category;
-use crate::diff::Diff;
-use crate::timeline::Timeline;
+use crate::stages::attribute::Category;
+use crate::stages::timeline::Timeline;
 
 const FONT: &str = "sans-serif";
-static DEJAVU_SANS: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static DEJAVU_SANS: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 const SIZE: (u32, u32) = (1100, 560);
 
 fn register_font() {
@@ -64,23 +62,53 @@ fn category_color(category: Category) -> RGBColor {
     }
 }
 
-/// Writes `NAME.svg` and `NAME.png` for both charts into `dir`.
-pub fn write_all(timeline: &Timeline, dir: &Path) -> Result<()> {
+/// One chart, drawn twice: SVG text and PNG bytes.
+pub struct Rendered {
+    /// The file name without extension (`sessions`: `sessions.svg`, `sessions.png`).
+    pub name: &'static str,
+    pub svg: String,
+    pub png: Vec<u8>,
+}
+
+/// Draws `draw` at `size` onto an SVG and a PNG.
+fn render(
+    name: &'static str,
+    size: (u32, u32),
+    draw: impl Fn(&DrawingArea<SVGBackend, Shift>) -> Result<()>,
+    draw_bitmap: impl Fn(&DrawingArea<BitMapBackend, Shift>) -> Result<()>,
+) -> Result<Rendered> {
+    let mut svg = String::new();
+    draw(&SVGBackend::with_string(&mut svg, size).into_drawing_area())?;
+    let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+    draw_bitmap(&BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area())?;
+    let mut png = Vec::new();
+    image::ImageEncoder::write_image(
+        image::codecs::png::PngEncoder::new(&mut png),
+        &rgb,
+        size.0,
+        size.1,
+        image::ColorType::Rgb8,
+    )?;
+    Ok(Rendered { name, svg, png })
+}
+
+/// Both charts of a report: `retained-vs-reclaimed` and `sessions`.
+pub fn all(timeline: &Timeline) -> Result<Vec<Rendered>> {
     register_font();
-    for name in ["retained-vs-reclaimed", "sessions"] {
-        let draw = match name {
-            "sessions" => Chart::Sessions,
-            _ => Chart::RetainedVsReclaimed,
-        };
-        let svg = dir.join(format!("{name}.svg"));
-        draw.render(&SVGBackend::new(&svg, SIZE).into_drawing_area(), timeline)?;
-        let png = dir.join(format!("{name}.png"));
-        draw.render(
-            &BitMapBackend::new(&png, SIZE).into_drawing_area(),
-            timeline,
-        )?;
-    }
-    Ok(())
+    [
+        ("retained-vs-reclaimed", Chart::RetainedVsReclaimed),
+        ("sessions", Chart::Sessions),
+    ]
+    .into_iter()
+    .map(|(name, chart)| {
+        render(
+            name,
+            SIZE,
+            |area| chart.render(area, timeline),
+            |area| chart.render(area, timeline),
+        )
+    })
+    .collect()
 }
 
 #[derive(Clone, Copy)]
@@ -357,128 +385,10 @@ where
     Ok(())
 }
 
-/// Writes `diff-live` (both recordings' live bytes on one scale, before above
-/// after) and `diff-sessions` (retained per session, before and after, by birth
-/// order), as SVG and PNG, into `dir`.
-pub fn write_diff(before: &Timeline, after: &Timeline, diff: &Diff, dir: &Path) -> Result<()> {
-    register_font();
-    let tall = (SIZE.0, SIZE.1 * 2);
-    draw_diff_live(
-        &SVGBackend::new(&dir.join("diff-live.svg"), tall).into_drawing_area(),
-        before,
-        after,
-        diff,
-    )?;
-    draw_diff_live(
-        &BitMapBackend::new(&dir.join("diff-live.png"), tall).into_drawing_area(),
-        before,
-        after,
-        diff,
-    )?;
-    draw_diff_sessions(
-        &SVGBackend::new(&dir.join("diff-sessions.svg"), SIZE).into_drawing_area(),
-        diff,
-    )?;
-    draw_diff_sessions(
-        &BitMapBackend::new(&dir.join("diff-sessions.png"), SIZE).into_drawing_area(),
-        diff,
-    )
-}
-
-fn draw_diff_live<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    before: &Timeline,
-    after: &Timeline,
-    diff: &Diff,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    area.fill(&WHITE).map_err(plot_err)?;
-    let axes = Axes::of(before).union(Axes::of(after));
-    let (top, bottom) = area.split_vertically(SIZE.1);
-    draw_live(
-        &top,
-        before,
-        &format!("Before: live bytes by category, {}", diff.before.label()),
-        axes,
-    )?;
-    draw_live(
-        &bottom,
-        after,
-        &format!("After: live bytes by category, {}", diff.after.label()),
-        axes,
-    )
-}
-
-fn draw_diff_sessions<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, diff: &Diff) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    area.fill(&WHITE).map_err(plot_err)?;
-    let max = diff
-        .sessions
-        .iter()
-        .flat_map(|p| [p.before, p.after])
-        .flatten()
-        .map(|s| s.retained_bytes)
-        .max()
-        .unwrap_or(0) as f64;
-    let unit = unit_for(max);
-    let y_max = (max / unit.divisor * 1.15).max(1.0);
-    let n = diff.sessions.len().max(1) as f64;
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!(
-                "Retained per session: {} vs {}",
-                diff.before.label(),
-                diff.after.label()
-            ),
-            (FONT, 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(-0.5..n - 0.5, 0.0..y_max)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("session, in birth order")
-        .light_line_style(BLACK.mix(0.04))
-        .y_desc(format!("retained ({})", unit.name))
-        .label_style((FONT, 13))
-        .axis_desc_style((FONT, 14))
-        .draw()
-        .map_err(plot_err)?;
-    let before = RGBColor(214, 39, 40);
-    let after = RGBColor(31, 119, 180);
-    let series = |pick: fn(&crate::diff::SessionPair) -> Option<crate::diff::SessionFigures>| {
-        diff.sessions.iter().filter_map(move |p| {
-            pick(p).map(|s| (p.index as f64, s.retained_bytes as f64 / unit.divisor))
-        })
-    };
-    chart
-        .draw_series(series(|p| p.before).map(|xy| TriangleMarker::new(xy, 5, before.filled())))
-        .map_err(plot_err)?
-        .label(format!("before: {}", diff.before.label()))
-        .legend(move |(x, y)| TriangleMarker::new((x + 7, y), 5, before.filled()));
-    chart
-        .draw_series(series(|p| p.after).map(|xy| Circle::new(xy, 4, after.filled())))
-        .map_err(plot_err)?
-        .label(format!("after: {}", diff.after.label()))
-        .legend(move |(x, y)| Circle::new((x + 7, y), 4, after.filled()));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::MiddleRight)
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .draw()
-        .map_err(plot_err)?;
-    area.present().map_err(plot_err)?;
-    Ok(())
-}
-
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a chart failed: {e:?}")
 }
+
+mod diff;
+
+pub use diff::diff;

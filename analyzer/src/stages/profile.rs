@@ -2,24 +2,24 @@
 //! blocks still live at the end, labelled with their category and their
 //! session's state. These are the four sample types heap profilers share
 //! (`alloc_objects`/`alloc_space`, `inuse_objects`/`inuse_space`), so the
-//! [`crate::pprof`] output opens in `go tool pprof`, Pyroscope or Parca.
+//! [`crate::outputs::pprof`] output opens in `go tool pprof`, Pyroscope or Parca.
 //!
 //! Stacks keep their return addresses (one location each) and the mapping each
 //! falls in, so a viewer can show addresses and build-ids. The allocator's own
 //! frames are trimmed from the inner end exactly as the findings trim them
-//! ([`crate::sites`]): a viewer's top function is then the report's top site,
+//! ([`crate::stages::sites`]): a viewer's top function is then the report's top site,
 //! not `malloc`.
 
 use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Mapping, StackId};
 
-use crate::accounting::Block;
-use crate::attribute::Category;
-use crate::sessions::{SessionKey, SessionState};
-use crate::sites::Trimmer;
-use crate::stacks::Stacks;
-use crate::symbolize::Frame;
+use crate::stages::accounting::Block;
+use crate::stages::attribute::Category;
+use crate::stages::objects::sessions::{SessionKey, SessionState};
+use crate::stages::stacks::Stacks;
+use crate::stages::stacks::Trimmer;
+use crate::stages::symbolize::Frame;
 
 /// Objects and bytes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

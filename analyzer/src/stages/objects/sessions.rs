@@ -34,7 +34,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Phase, ScopeKind};
 
-use crate::attribute::Category;
+use crate::stages::attribute::Category;
 
 /// Sessions created and waiting for their worker's spawn, at most (a create whose
 /// spawn never comes, e.g. a failed request, must not grow this forever).
@@ -50,67 +50,6 @@ const MAX_AFTER_BIRTH_BLOCKS: usize = 4096;
 /// A session as this stage first knew it; [`SessionTracker::resolve`] maps it to
 /// the session it was merged into, if any.
 pub type SessionKey = u32;
-
-/// Where a session stands at the end of a recording: observed, never inferred
-/// from byte counts.
-///
-/// The map entry's state is read from the objects the entry keeps alive: the
-/// blocks of the session in the `session-map` category (the handle's
-/// `SessionEvent` channel). Their release is the entry's last copy going away (a
-/// `Sender` in the map keeps the channel alive). A drop of a `LocalSessionHandle`
-/// is not: rmcp 3.11.0 clones the handle out of the map for every request
-/// (`LocalSessionManager::session_handle`), so its drop glue runs for copies too.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SessionState {
-    /// The map entry's objects were released: the entry left the map.
-    Closed,
-    /// The entry is kept (its objects live) and the worker ended: the leak.
-    Leaked,
-    /// The entry is kept and the worker is still running (or ended within the
-    /// grace period before the end of the recording).
-    Live,
-    /// A signal needed to decide was missing (see [`SessionState::decide`]).
-    #[default]
-    Unknown,
-}
-
-impl SessionState {
-    pub const ALL: [SessionState; 4] = [
-        SessionState::Closed,
-        SessionState::Leaked,
-        SessionState::Live,
-        SessionState::Unknown,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SessionState::Closed => "closed",
-            SessionState::Leaked => "leaked",
-            SessionState::Live => "live",
-            SessionState::Unknown => "unknown",
-        }
-    }
-
-    /// The state from what was observed: `map_blocks` of the entry (`map_live` of
-    /// them still live), and the worker: `Some(true)` gone for longer than the
-    /// grace period, `Some(false)` running (or just ended), `None` when the
-    /// worker's end could not be observed (no probe on it).
-    pub fn decide(map_blocks: u64, map_live: u64, worker_gone: Option<bool>) -> Self {
-        if map_blocks == 0 {
-            // The entry's objects were never identified: nothing says whether it left.
-            return SessionState::Unknown;
-        }
-        if map_live == 0 {
-            return SessionState::Closed;
-        }
-        match worker_gone {
-            Some(true) => SessionState::Leaked,
-            Some(false) => SessionState::Live,
-            None => SessionState::Unknown,
-        }
-    }
-}
 
 /// What the lifecycle says about one session.
 #[derive(Debug, Clone, Default)]
@@ -391,75 +330,6 @@ impl SessionTracker {
         }
     }
 
-    /// In-process mode: a session with `id` was just created on `tid`. Returns
-    /// it, and the unowned map-entry blocks allocated on `tid` since the last
-    /// such fact, which are its own (the caller hands them to the session).
-    pub fn created(&mut self, ts: u64, tid: u32, id: String) -> (SessionKey, Vec<u64>) {
-        let session = match self.session_ids.get(&id) {
-            Some(&known) => self.resolve(known),
-            None => {
-                let s = self.new_session(ts, Some(id.clone()));
-                self.session_ids.insert(id, s);
-                s
-            }
-        };
-        (session, self.orphans.remove(&tid).unwrap_or_default())
-    }
-
-    /// In-process mode: the innermost session span on `tid` announced its session id
-    /// ("" = a new session whose id comes later). Span keys are reused by `tracing`,
-    /// so each announcement rebinds the span's key.
-    pub fn name(&mut self, ts: u64, tid: u32, id: String) {
-        let Some((key, current, _)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
-            return;
-        };
-        let unnamed_current = current
-            .map(|s| self.resolve(s))
-            .filter(|s| self.lives[*s as usize].id.is_none());
-        let session = if id.is_empty() {
-            self.new_session(ts, None)
-        } else if let Some(&known) = self.session_ids.get(&id) {
-            if let Some(anonymous) = unnamed_current.filter(|s| *s != known) {
-                self.merge(anonymous, known);
-            }
-            known
-        } else if let Some(s) = unnamed_current {
-            self.lives[s as usize].id = Some(id.clone());
-            self.session_ids.insert(id, s);
-            s
-        } else {
-            let s = self.new_session(ts, Some(id.clone()));
-            self.session_ids.insert(id, s);
-            s
-        };
-        self.span_sessions.insert(key, session);
-        if let Some(top) = self.polls.get_mut(&tid).and_then(|p| p.last_mut()) {
-            top.1 = Some(session);
-        }
-    }
-
-    /// Folds session `from` into `into`: the same session, learned late.
-    fn merge(&mut self, from: SessionKey, into: SessionKey) {
-        let born = self.lives[from as usize].born_ns;
-        let last = self.lives[from as usize].last_active_ns;
-        let polls = self.lives[from as usize].polls;
-        let target = &mut self.lives[into as usize];
-        target.born_ns = target.born_ns.min(born);
-        target.last_active_ns = target.last_active_ns.max(last);
-        target.polls = target.polls.saturating_add(polls);
-        self.merged[from as usize] = Some(into);
-        for bound in self
-            .span_sessions
-            .values_mut()
-            .chain(self.birth_window.values_mut())
-            .chain(self.pending_spawn.iter_mut().map(|(_, s)| s))
-        {
-            if *bound == from {
-                *bound = into;
-            }
-        }
-    }
-
     fn new_session(&mut self, ts: u64, id: Option<String>) -> SessionKey {
         self.merged.push(None);
         self.lives.push(SessionLife {
@@ -469,11 +339,6 @@ impl SessionTracker {
             ..Default::default()
         });
         self.lives.len() as SessionKey - 1
-    }
-
-    /// Every session key, merged ones included (for folding per-key figures).
-    pub fn keys(&self) -> impl Iterator<Item = SessionKey> + use<> {
-        0..self.lives.len() as SessionKey
     }
 
     /// The sessions that were not merged into another, in order of birth, with
@@ -517,168 +382,10 @@ fn exit(depth: &mut HashMap<u32, u32>, tid: u32) -> bool {
     }
 }
 
+mod in_process;
+mod state;
+
+pub use state::SessionState;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_poll_belongs_to_the_session_whose_birth_block_contains_its_argument() {
-        let mut t = SessionTracker::default();
-        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(
-            t.alloc(1, 0x1000, 100, Category::WorkerOther, false),
-            Some(0),
-            "in the birth window"
-        );
-        t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(
-            t.alloc(1, 0x9000, 8, Category::WorkerOther, false),
-            None,
-            "after the window"
-        );
-        t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
-        assert_eq!(
-            t.alloc(2, 0x2000, 8, Category::WorkerOther, false),
-            Some(0),
-            "inside the poll"
-        );
-        t.scope(4, 2, ScopeKind::WorkerPoll, Phase::Exit, 0);
-        assert_eq!(
-            t.alloc(2, 0x3000, 8, Category::WorkerOther, false),
-            None,
-            "after the poll"
-        );
-        t.scope(5, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1050);
-        assert_eq!(t.worker_end_ns(0), Some(5));
-        t.free(0x1000);
-        t.scope(6, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
-        assert_eq!(
-            t.alloc(2, 0x4000, 8, Category::WorkerOther, false),
-            None,
-            "a freed block contains nothing"
-        );
-    }
-
-    #[test]
-    fn what_runs_between_create_and_spawn_is_not_the_sessions() {
-        let mut t = SessionTracker::default();
-        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap, false), Some(0));
-        t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
-        // Awaiting the map's lock: another task's block, then the map's table resize.
-        assert_eq!(t.alloc(1, 0x5000, 64, Category::Other, false), None);
-        // The creating task resumed on thread 2, which spawns its worker.
-        t.scope(3, 2, ScopeKind::WorkerSpawn, Phase::Enter, 0);
-        assert_eq!(
-            t.alloc(2, 0x2000, 64, Category::WorkerChannel, false),
-            Some(0)
-        );
-        t.scope(4, 2, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(t.alloc(2, 0x3000, 64, Category::Other, false), None);
-        // The worker's poll points into the task allocated by the spawn.
-        t.scope(5, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x2008);
-        assert_eq!(t.alloc(1, 0x4000, 8, Category::Other, false), Some(0));
-    }
-
-    /// Polls probed at entry only: the thread's latest poll holds for the blocks
-    /// whose stacks pass through the poll function, and for no other.
-    #[test]
-    fn polls_without_exits_are_read_from_the_stack() {
-        let mut t = SessionTracker::default();
-        t.polls_by_stack();
-        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(
-            t.alloc(1, 0x1000, 64, Category::WorkerChannel, false),
-            Some(0)
-        );
-        t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
-        assert!(t.wants_poll_stack(2));
-        assert_eq!(
-            t.alloc(2, 0x2000, 8, Category::Other, true),
-            Some(0),
-            "inside the poll"
-        );
-        assert_eq!(
-            t.alloc(2, 0x3000, 8, Category::Other, false),
-            None,
-            "another task"
-        );
-    }
-
-    #[test]
-    fn a_loss_ends_what_each_thread_was_inside() {
-        let mut t = SessionTracker::default();
-        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap, false), Some(0));
-        t.scope(2, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1000);
-        // The exits of both were among the lost records.
-        t.forget_threads();
-        assert_eq!(t.alloc(1, 0x2000, 8, Category::Other, false), None);
-        assert_eq!(t.alloc(2, 0x3000, 8, Category::Other, false), None);
-        // Containment still links the next poll.
-        t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
-        assert_eq!(t.alloc(2, 0x4000, 8, Category::Other, false), Some(0));
-    }
-
-    #[test]
-    fn nested_create_and_spawn_scopes_count_once() {
-        let mut t = SessionTracker::default();
-        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
-        t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
-        assert_eq!(
-            t.alloc(1, 0x100, 8, Category::SessionMap, false),
-            Some(0),
-            "still inside"
-        );
-        t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
-        t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
-        t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
-        assert_eq!(
-            t.alloc(1, 0x200, 8, Category::WorkerChannel, false),
-            Some(0)
-        );
-        t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(
-            t.alloc(1, 0x300, 8, Category::WorkerChannel, false),
-            Some(0)
-        );
-        t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
-        assert_eq!(t.alloc(1, 0x400, 8, Category::Other, false), None);
-        let (lives, _) = t.finish();
-        assert_eq!(lives.len(), 1, "one session, not two");
-    }
-
-    #[test]
-    fn in_process_spans_keep_only_session_memory() {
-        let mut t = SessionTracker::default();
-        t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
-        t.name(1, 1, "a".into());
-        assert_eq!(t.alloc(1, 0x100, 8, Category::SessionMap, false), Some(0));
-        assert_eq!(
-            t.alloc(1, 0x200, 8, Category::Other, false),
-            None,
-            "the map's table grows inside the application's span: shared"
-        );
-    }
-
-    #[test]
-    fn an_anonymous_span_that_learns_a_known_id_is_merged() {
-        let mut t = SessionTracker::default();
-        // The worker's span names session "a" first.
-        t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
-        t.name(1, 1, "a".into());
-        t.scope(2, 1, ScopeKind::SessionSpan, Phase::Exit, 10);
-        // The creating span announced itself anonymously, then learns it is "a".
-        t.scope(3, 2, ScopeKind::SessionSpan, Phase::Enter, 20);
-        t.name(3, 2, String::new());
-        assert_eq!(t.alloc(2, 0x100, 8, Category::WorkerOther, false), Some(1));
-        t.name(4, 2, "a".into());
-        assert_eq!(t.resolve(1), 0);
-        let (lives, index) = t.finish();
-        assert_eq!(lives.len(), 1);
-        assert_eq!(index, vec![0, 0]);
-        assert_eq!(lives[0].born_ns, 1);
-    }
-}
+mod tests;

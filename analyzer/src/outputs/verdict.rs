@@ -10,22 +10,23 @@
 //!    (a leak, and why). Only when every session left the map is it "no leak",
 //!    unless a site outside sessions grows.
 //! 3. Without sessions: a site that keeps a block per request or event (a
-//!    leak candidate, [`crate::sites::Site::is_leak_candidate`]) is a leak;
+//!    leak candidate, [`crate::stages::sites::Site::is_leak_candidate`]) is a leak;
 //!    "no leak" when every byte allocated during the recording was freed, or
 //!    all but a bounded rest, no more than what was live half-way through
-//!    the activity ([`crate::sites::Rest::settled`]);
+//!    the activity ([`crate::stages::sites::Rest::settled`]);
 //!    else undecided, with what a longer recording would tell.
 //! 4. Tasks, with or without sessions: tasks spawned from one function outside
 //!    sessions that pile up parked, none ending, are a leak
-//!    ([`crate::objects::SpawnSite`]); they come before a site's growth,
+//!    ([`crate::outputs::objects::SpawnSite`]); they come before a site's growth,
 //!    which they explain.
 
 use leakscope_recording::preset::{Preset, ReleaseRule};
 
-use crate::objects::{ObjectKind, SpawnSite};
-use crate::sites::Site;
-use crate::summary::{Summary, VerdictKind, short_name, site_name};
-use crate::timeline::{SessionState, Timeline};
+use crate::outputs::objects::{ObjectKind, SpawnSite};
+use crate::outputs::summary::{Summary, VerdictKind};
+use crate::stages::names::{short_name, site_name};
+use crate::stages::sites::Site;
+use crate::stages::timeline::{SessionState, Timeline};
 use crate::units::bytes;
 
 /// What the release a recording's target was built with does with sessions
@@ -139,7 +140,7 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
             ),
         );
     }
-    let why = if rest.allocations < crate::sites::MIN_SETTLED_ALLOCATIONS {
+    let why = if rest.allocations < crate::stages::sites::MIN_SETTLED_ALLOCATIONS {
         format!(
             "{} allocations are too few to tell a bounded rest from growth",
             rest.allocations
@@ -323,7 +324,7 @@ fn describe_parked(site: &SpawnSite) -> String {
         format!(
             "from a function their stacks do not reach (they stop inside tokio; {}, one future type)",
             site.site
-                .trim_start_matches(crate::objects::UNKNOWN_SITE)
+                .trim_start_matches(crate::outputs::objects::UNKNOWN_SITE)
                 .trim()
                 .trim_matches(['(', ')'])
         )

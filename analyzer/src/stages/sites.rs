@@ -21,13 +21,13 @@
 
 use std::collections::HashMap;
 
+use crate::stages::stacks::Trimmer;
 use leakscope_recording::StackId;
-use wildmatch::WildMatch;
 
-use crate::accounting::Block;
-use crate::attribute::Category;
-use crate::stacks::Stacks;
-use crate::symbolize::Frame;
+use crate::stages::accounting::Block;
+use crate::stages::attribute::Category;
+use crate::stages::stacks::Stacks;
+use crate::stages::symbolize::Frame;
 
 /// A leak candidate keeps at least this many blocks...
 pub const MIN_BLOCKS: u64 = 10;
@@ -36,75 +36,6 @@ pub const MIN_BLOCKS: u64 = 10;
 pub const MIN_SPAN_SHARE: f64 = 0.5;
 /// ...whose cumulative bytes follow a line this well (r²).
 pub const MIN_LINEARITY: f64 = 0.9;
-
-/// Frames of the allocator itself, trimmed from a stack's inner end. Names are
-/// demangled without hash; inlined frames carry DWARF's short names.
-const ALLOCATOR_FRAMES: &[&str] = &[
-    // libc's malloc family.
-    "malloc",
-    "calloc",
-    "realloc",
-    "free",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    // rustc's allocator shims and std's default behind them (`__rust_alloc`,
-    // `__rdl_alloc`, `__rg_alloc`, ...), under either spelling.
-    "__rustc::__rust_alloc*",
-    "__rustc::__rust_realloc",
-    "__rustc::__rust_dealloc",
-    "__rustc::__rdl_*",
-    "__rustc::__rg_*",
-    "__rust_alloc*",
-    "__rust_realloc",
-    "__rdl_*",
-    "__rg_*",
-    "alloc::alloc::*",
-    "<alloc::alloc::Global as core::alloc::Allocator>::*",
-    "alloc::raw_vec::*",
-    // Any `#[global_allocator]`: std's System, jemalloc's, mimalloc's, and a
-    // wrapper of the program's own (`<Counting as GlobalAlloc>::alloc`).
-    "<* as core::alloc::global::GlobalAlloc>::*",
-    "<* as core::alloc::GlobalAlloc>::*",
-    // jemalloc (tikv-jemallocator's prefixed build, or an unprefixed one),
-    // mimalloc and snmalloc internals.
-    "tikv_jemallocator::*",
-    "tikv_jemalloc_sys::*",
-    "_rjem_*",
-    "je_*",
-    "imalloc*",
-    "ialloc*",
-    "mimalloc::*",
-    "libmimalloc_sys::*",
-    "mi_*",
-    "_mi_*",
-    "snmalloc_rs::*",
-    "snmalloc::*",
-    "sn_rust_*",
-    "std::sys::alloc::*",
-    "std::sys::pal::*::alloc::*",
-    "*::aligned_malloc",
-    "aligned_malloc",
-    "alloc",
-    "alloc_zeroed",
-    "alloc_impl*",
-    "allocate*",
-    "try_allocate_in*",
-    "box_new*",
-    "do_alloc*",
-    "new_uninitialized*",
-    "grow_amortized*",
-    "grow_one*",
-    "finish_grow*",
-    "exchange_malloc*",
-    "dhat::*",
-    "<dhat::Alloc as *",
-    // The in-process recorder's unwinder (builds without frame pointers).
-    "backtrace::*",
-    "_Unwind_*",
-    "leakscope_inproc::*",
-    "<leakscope_inproc::*",
-];
 
 /// Live blocks of one stack: (allocated at, activity, size, its session's worker is gone).
 type StackBlocks = (Category, Vec<(u64, u64, u64, bool)>);
@@ -263,7 +194,7 @@ impl Rest {
     pub fn of<'a>(
         live: impl IntoIterator<Item = &'a (Block, bool)>,
         allocations: u64,
-        samples: &[crate::accounting::Sample],
+        samples: &[crate::stages::accounting::Sample],
     ) -> Self {
         let live_at_half = samples
             .iter()
@@ -332,165 +263,5 @@ fn growth(blocks: &mut [(u64, u64)], unit: f64) -> (f64, f64) {
     (sxy / sxx, (sxy * sxy) / (sxx * syy))
 }
 
-/// Whether `name` is a frame of the allocator itself ([`ALLOCATOR_FRAMES`]).
-pub fn is_allocator_frame(name: &str) -> bool {
-    static PATTERNS: std::sync::OnceLock<Trimmer> = std::sync::OnceLock::new();
-    PATTERNS
-        .get_or_init(Trimmer::new)
-        .patterns
-        .iter()
-        .any(|p| p.matches(name))
-}
-
-/// Trims allocator frames from the inner end of a stack.
-pub(crate) struct Trimmer {
-    patterns: Vec<WildMatch>,
-}
-
-impl Trimmer {
-    pub(crate) fn new() -> Self {
-        Self {
-            patterns: ALLOCATOR_FRAMES.iter().map(|p| WildMatch::new(p)).collect(),
-        }
-    }
-
-    /// How many frames at the inner end are the allocator's. At least one frame
-    /// is kept: an allocator-only stack still says something.
-    pub(crate) fn allocator_frames(&self, frames: &[Frame]) -> usize {
-        let inner = frames
-            .iter()
-            .take_while(|f| self.patterns.iter().any(|p| p.matches(&f.function)))
-            .count();
-        inner.min(frames.len().saturating_sub(1))
-    }
-
-    fn trim(&self, mut frames: Vec<Frame>) -> Vec<Frame> {
-        frames.drain(..self.allocator_frames(&frames));
-        frames
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::attribute::Rules;
-
-    fn block(ts: u64, size: u64, stack: Option<StackId>) -> Block {
-        Block {
-            ts,
-            seq: ts,
-            size,
-            category: Category::Other,
-            stack,
-            session: None,
-            task: None,
-        }
-    }
-
-    #[test]
-    fn groups_by_stack_with_session_bytes_first() {
-        let live = vec![
-            (block(0, 10, Some(1)), false),
-            (block(0, 10, Some(1)), false),
-            (block(0, 5, Some(2)), true),
-            (block(0, 1, None), false),
-        ];
-        let mut stacks = Stacks::new(Rules::builtin());
-        // Distinct (unknown) addresses: distinct sites.
-        stacks.add(1, vec![0x10]);
-        stacks.add(2, vec![0x20]);
-        let sites = sites(&live, 4, &mut stacks);
-        assert_eq!(sites.len(), 3);
-        assert_eq!((sites[0].stack, sites[0].session_bytes), (Some(2), 5));
-        assert_eq!((sites[1].retained_bytes, sites[1].blocks), (20, 2));
-    }
-
-    #[test]
-    fn identical_symbolized_stacks_are_one_site() {
-        let mut stacks = Stacks::new(Rules::builtin());
-        stacks.add(1, vec![0x10, 0x30]);
-        stacks.add(2, vec![0x10, 0x30]);
-        let live = vec![
-            (block(0, 10, Some(1)), false),
-            (block(0, 7, Some(2)), false),
-        ];
-        let sites = sites(&live, 2, &mut stacks);
-        assert_eq!(sites.len(), 1);
-        assert_eq!((sites[0].retained_bytes, sites[0].blocks), (17, 2));
-    }
-
-    #[test]
-    fn allocator_frames_are_trimmed_from_the_inner_end() {
-        let frame = |name: &str| Frame {
-            function: name.into(),
-            location: None,
-        };
-        let trimmed = Trimmer::new().trim(vec![
-            frame("alloc::alloc::alloc"),
-            frame("alloc_impl_runtime"),
-            frame("alloc_impl"),
-            frame("do_alloc<alloc::alloc::Global>"),
-            frame("__rustc::__rdl_alloc"),
-            frame("my_server::cache::insert"),
-            frame("alloc::alloc::alloc"),
-            frame("main"),
-        ]);
-        let names: Vec<&str> = trimmed.iter().map(|f| f.function.as_str()).collect();
-        assert_eq!(
-            names,
-            ["my_server::cache::insert", "alloc::alloc::alloc", "main"]
-        );
-    }
-
-    /// A live block of `size` bytes, the `seq`-th allocation of the recording.
-    fn nth(seq: u64, size: u64) -> (Block, bool) {
-        let mut block = block(0, size, None);
-        block.seq = seq;
-        (block, false)
-    }
-
-    #[test]
-    fn a_warm_up_is_settled_and_growth_is_not() {
-        // What was live half-way through the activity (allocation 1000 of 2000).
-        let half = |live: u64| {
-            let mut sample = crate::accounting::Sample {
-                t_s: 1.0,
-                live: Default::default(),
-                reclaimed_total: 0,
-                allocs: 1000,
-            };
-            sample.live[Category::Other] = live;
-            vec![sample]
-        };
-        // A cache filled by the first requests, and a request in flight at the end.
-        let warm = [nth(10, 1000), nth(20, 1000), nth(1990, 1000)];
-        let rest = Rest::of(&warm, 2000, &half(2000));
-        assert_eq!(
-            (rest.early_bytes, rest.late_bytes, rest.in_flight_bytes),
-            (2000, 0, 1000)
-        );
-        assert!(rest.settled());
-        let little = Rest {
-            allocations: MIN_SETTLED_ALLOCATIONS - 1,
-            ..rest
-        };
-        assert!(!little.settled(), "too little activity to tell");
-        // A cache that keeps its newest 16 entries: all late, none growing.
-        let newest: Vec<(Block, bool)> = (0..16).map(|i| nth(1700 + i * 10, 1000)).collect();
-        assert!(Rest::of(&newest, 2000, &half(16_000)).settled());
-        // A block kept per request, all along: twice what was live at half-way.
-        let growing: Vec<(Block, bool)> = (1..=20).map(|i| nth(i * 95, 1000)).collect();
-        assert!(!Rest::of(&growing, 2000, &half(10_000)).settled());
-    }
-
-    #[test]
-    fn steady_growth_is_a_candidate_and_a_step_is_not() {
-        let s = 1_000_000_000;
-        let mut steady: Vec<(u64, u64)> = (0..20).map(|i| (i * s, 100)).collect();
-        let (slope, r2) = growth(&mut steady, 1e9);
-        assert!((slope - 100.0).abs() < 1.0, "{slope}");
-        assert!(r2 > 0.99, "{r2}");
-        let mut step: Vec<(u64, u64)> = (0..20).map(|_| (5 * s, 100)).collect();
-        assert_eq!(growth(&mut step, 1e9), (0.0, 0.0));
-    }
-}
+mod tests;

@@ -1,11 +1,9 @@
 //! `flamegraph.svg`: bytes still live at the end of the recording, by allocation
 //! stack (inferno). Folded lines are `outermost;...;innermost bytes`.
 
-use std::path::Path;
+use anyhow::Result;
 
-use anyhow::{Context, Result};
-
-use crate::timeline::Site;
+use crate::stages::timeline::Site;
 
 /// inferno's folded format, one line per call site with live bytes.
 pub fn folded(sites: &[Site]) -> Vec<String> {
@@ -27,33 +25,30 @@ pub fn folded(sites: &[Site]) -> Vec<String> {
         .collect()
 }
 
-pub fn write(sites: &[Site], title: &str, path: &Path) -> Result<()> {
+/// The flame graph of `sites` (bytes live at the end, by stack) as SVG text.
+pub fn svg(sites: &[Site], title: &str) -> Result<String> {
     let lines = folded(sites);
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_owned();
     options.count_name = "bytes".into();
     options.colors =
         inferno::flamegraph::Palette::Multi(inferno::flamegraph::color::MultiPalette::Rust);
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut out = Vec::new();
     if lines.is_empty() {
         // inferno refuses empty input; an empty graph still says what it is.
         let lines = ["[nothing live at the end] 1"];
-        return Ok(inferno::flamegraph::from_lines(
-            &mut options,
-            lines.iter().copied(),
-            file,
-        )?);
+        inferno::flamegraph::from_lines(&mut options, lines.iter().copied(), &mut out)?;
+    } else {
+        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)?;
     }
-    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), file)?;
-    Ok(())
+    Ok(String::from_utf8(out)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::Category;
-    use crate::symbolize::Frame;
+    use crate::stages::attribute::Category;
+    use crate::stages::symbolize::Frame;
 
     fn frame(name: &str) -> Frame {
         Frame {

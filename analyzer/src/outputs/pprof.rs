@@ -15,14 +15,13 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use crate::profile::HeapProfile;
+use crate::stages::profile::HeapProfile;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Profile {
@@ -174,7 +173,7 @@ pub struct Origin {
 
 impl Origin {
     /// The origin of a timeline's recording.
-    pub fn of(timeline: &crate::timeline::Timeline) -> Self {
+    pub fn of(timeline: &crate::stages::timeline::Timeline) -> Self {
         let clock = timeline.header.clock;
         Self {
             start_unix_ns: clock
@@ -309,35 +308,28 @@ pub fn to_proto(profile: &HeapProfile, origin: &Origin) -> Profile {
     }
 }
 
-/// Writes `profile` gzipped to `path`, its file names and comment redacted
-/// when a `redactor` is given.
-pub fn write(
+/// `profile` as pprof's gzipped protobuf, its file names and comment
+/// redacted when a `redactor` is given (structurally: its string table).
+pub fn gzipped(
     profile: &HeapProfile,
     origin: &Origin,
-    path: &Path,
-    redactor: Option<&crate::redact::Redactor>,
-) -> Result<()> {
+    redactor: Option<&crate::outputs::redact::Redactor>,
+) -> Result<Vec<u8>> {
     let mut message = to_proto(profile, origin);
     if let Some(redactor) = redactor {
         for s in &mut message.string_table {
             *s = redactor.text(s);
         }
     }
-    let bytes = message.encode_to_vec();
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut gz = GzEncoder::new(std::io::BufWriter::new(file), Compression::default());
-    gz.write_all(&bytes)?;
-    gz.finish()?
-        .flush()
-        .with_context(|| format!("cannot write {}", path.display()))
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&message.encode_to_vec())?;
+    Ok(gz.finish()?)
 }
 
-/// Writes a timeline's heap profile to `path` (see [`write`]).
-pub fn write_timeline(
-    timeline: &crate::timeline::Timeline,
-    path: &Path,
-    redactor: Option<&crate::redact::Redactor>,
-) -> Result<()> {
-    write(&timeline.profile, &Origin::of(timeline), path, redactor)
+/// A timeline's heap profile (see [`gzipped`]).
+pub fn of_timeline(
+    timeline: &crate::stages::timeline::Timeline,
+    redactor: Option<&crate::outputs::redact::Redactor>,
+) -> Result<Vec<u8>> {
+    gzipped(&timeline.profile, &Origin::of(timeline), redactor)
 }

@@ -10,18 +10,19 @@
 //!   `verdict_kind`, `missing_signals`. Other fields keep their meaning.
 //! * 3: `objects`, keyed by kind (`session`, `task`): each kind's `count`,
 //!   `states`, `alive_bytes`, `retained_bytes`, `idle_s` and (tasks)
-//!   `spawn_sites` ([`crate::objects`]). `sessions` stays as it was, a view of
+//!   `spawn_sites` ([`crate::stages::objects`]). `sessions` stays as it was, a view of
 //!   `objects.session`; a session's bytes now include its tasks'. Other fields
 //!   keep their meaning.
 //!
-//! The verdict's rules are in [`crate::verdict`].
+//! The verdict's rules are in [`crate::outputs::verdict`].
 
 use serde::Serialize;
 
-use crate::attribute::Category;
-use crate::sessions::SessionState;
-use crate::sites::Site;
-use crate::timeline::Timeline;
+use crate::stages::attribute::Category;
+use crate::stages::names::site_name;
+use crate::stages::objects::sessions::SessionState;
+use crate::stages::sites::Site;
+use crate::stages::timeline::Timeline;
 
 pub const FORMAT_VERSION: u32 = 3;
 
@@ -36,8 +37,10 @@ pub struct Summary {
     pub events: Events,
     pub sessions: Sessions,
     /// Every kind of lifecycle object the recording shows (sessions, tasks).
-    pub objects:
-        std::collections::BTreeMap<crate::objects::ObjectKind, crate::objects::ObjectSummary>,
+    pub objects: std::collections::BTreeMap<
+        crate::stages::objects::ObjectKind,
+        crate::outputs::objects::ObjectSummary,
+    >,
     pub categories: Vec<CategorySummary>,
     pub top_sites: Vec<SiteSummary>,
     /// Blocks allocated during the recording and still live at the end, by call
@@ -198,7 +201,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
     for session in &timeline.sessions {
         states.count(session.state);
     }
-    let of_state = |state: SessionState, bytes: fn(&crate::timeline::Session) -> u64| {
+    let of_state = |state: SessionState, bytes: fn(&crate::stages::timeline::Session) -> u64| {
         timeline
             .sessions
             .iter()
@@ -259,7 +262,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
                 max: transient.last().copied().unwrap_or(0),
             },
         },
-        objects: crate::objects::objects(timeline),
+        objects: crate::outputs::objects::objects(timeline),
         categories,
         top_sites,
         findings: findings(timeline),
@@ -268,7 +271,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         verdict_kind: VerdictKind::Undecided,
         verdict: String::new(),
     };
-    (summary.verdict_kind, summary.verdict) = crate::verdict::verdict(&summary, timeline);
+    (summary.verdict_kind, summary.verdict) = crate::outputs::verdict::verdict(&summary, timeline);
     summary
 }
 
@@ -296,195 +299,9 @@ fn findings(timeline: &Timeline) -> Vec<Finding> {
         .collect()
 }
 
-/// Library frames a reader skips to find the code that asked for the memory.
-const LIBRARY_PREFIXES: &[&str] = &[
-    "core::",
-    "alloc::",
-    "std::",
-    "hashbrown::",
-    "<core::",
-    "<alloc::",
-    "<std::",
-    "<hashbrown::",
-];
-
-/// Trait impls of the standard library (`<u8 as alloc::vec::...>::from_elem`).
-const LIBRARY_IMPLS: &[&str] = &[" as alloc::", " as core::", " as std::", " as hashbrown::"];
-
-/// A frame of the standard library or its collections.
-pub fn is_library_frame(name: &str) -> bool {
-    LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p))
-        || LIBRARY_IMPLS.iter().any(|p| name.contains(p))
-}
-
-/// The innermost frame of the program itself: not the allocator (a
-/// `#[global_allocator]` of any kind, rustc's shims), not the standard library
-/// or its collections, and not an inlined frame's bare short name; the
-/// innermost frame when none qualifies. Names, innermost first.
-pub fn own_frame<'a>(frames: impl IntoIterator<Item = &'a str> + Clone) -> Option<&'a str> {
-    let candidate = |name: &&str| {
-        let short = short_name(name);
-        !short.is_empty()
-            && !short.starts_with(['{', ':'])
-            && !is_library_frame(name)
-            && !crate::sites::is_allocator_frame(name)
-    };
-    // A full path first (inlined frames carry bare short names), then any.
-    frames
-        .clone()
-        .into_iter()
-        .filter(candidate)
-        .find(|name| short_name(name).contains("::"))
-        .or_else(|| frames.clone().into_iter().find(candidate))
-        .or_else(|| frames.into_iter().next())
-}
-
-/// The frame that best names a site, shortened: the one whose rule chose its
-/// category, else the program's innermost own frame.
-pub fn site_name(site: &Site) -> String {
-    site.decided_by
-        .and_then(|i| site.frames.get(i))
-        .map(|f| f.function.as_str())
-        .or_else(|| own_frame(site.frames.iter().map(|f| f.function.as_str())))
-        .map(short_name)
-        .unwrap_or_else(|| "[unknown stack]".into())
-}
-
-/// A function name without its generic arguments, for prose (`->` inside them
-/// is not a closing bracket). A qualified name keeps its self type and trait:
-/// `<my::Handler as rmcp::ServerHandler>::call_tool`.
-pub fn short_name(name: &str) -> String {
-    if name.starts_with('<')
-        && let Some(close) = matching_close(name)
-    {
-        let inner = &name[1..close];
-        let inner = match top_level_split(inner, " as ") {
-            Some((ty, tr)) => format!("{} as {}", without_generics(ty), without_generics(tr)),
-            None => without_generics(inner),
-        };
-        return format!("<{inner}>{}", without_generics(&name[close + 1..]));
-    }
-    without_generics(name)
-}
-
-/// `name` with every `<...>` taken out.
-fn without_generics(name: &str) -> String {
-    let mut depth = 0i32;
-    let mut out = String::new();
-    let mut previous = ' ';
-    for c in name.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' if previous != '-' => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-        previous = c;
-    }
-    out
-}
-
-/// The index of the `>` that closes the `<` `name` starts with.
-fn matching_close(name: &str) -> Option<usize> {
-    let mut depth = 0i32;
-    let mut previous = ' ';
-    for (i, c) in name.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' if previous != '-' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-        previous = c;
-    }
-    None
-}
-
-/// `text` split at the first `separator` outside any `<...>`.
-fn top_level_split<'a>(text: &'a str, separator: &str) -> Option<(&'a str, &'a str)> {
-    let mut depth = 0i32;
-    let mut previous = ' ';
-    for (i, c) in text.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' if previous != '-' => depth -= 1,
-            _ if depth == 0 && text[i..].starts_with(separator) => {
-                return Some((&text[..i], &text[i + separator.len()..]));
-            }
-            _ => {}
-        }
-        previous = c;
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::percentile;
-
-    #[test]
-    fn short_names_drop_generics() {
-        assert_eq!(super::short_name("channel<rmcp::X<u8>>"), "channel");
-        assert_eq!(super::short_name("a::b<T>::c"), "a::b::c");
-        assert_eq!(
-            super::short_name("{async_block#0}<fn(u8) -> x::Y<u8>, z>"),
-            "{async_block#0}"
-        );
-    }
-
-    #[test]
-    fn qualified_names_keep_their_type_and_trait() {
-        assert_eq!(
-            super::short_name("<my::Handler<u8> as rmcp::ServerHandler>::call_tool<T>"),
-            "<my::Handler as rmcp::ServerHandler>::call_tool"
-        );
-        assert_eq!(super::short_name("<my::Cache>::get"), "<my::Cache>::get");
-    }
-
-    /// A `#[global_allocator]` wrapper of the program's own is the allocator,
-    /// not the site: the site is the code that asked (`render`).
-    #[test]
-    fn own_frames_skip_any_global_allocator() {
-        let frames = [
-            "<my_server::Counting as core::alloc::global::GlobalAlloc>::alloc",
-            "__rustc::__rust_alloc",
-            "alloc::alloc::alloc",
-            "alloc_impl_runtime",
-            "<alloc::raw_vec::RawVecInner>::try_allocate_in",
-            "<tikv_jemallocator::Jemalloc as core::alloc::global::GlobalAlloc>::alloc",
-            "my_server::render",
-            "main",
-        ];
-        assert_eq!(
-            super::own_frame(frames.iter().copied()),
-            Some("my_server::render")
-        );
-        let handler = ["<my::Handler as rmcp::handler::server::ServerHandler>::call_tool"];
-        assert_eq!(super::own_frame(handler.iter().copied()), Some(handler[0]));
-    }
-
-    #[test]
-    fn own_frames_skip_the_standard_library_and_inlined_short_names() {
-        let frames = [
-            "from_elem<u8>",
-            "<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
-            "alloc::vec::from_elem",
-            "my_server::cache::remember",
-            "main",
-        ];
-        assert_eq!(
-            super::own_frame(frames.iter().copied()),
-            Some("my_server::cache::remember")
-        );
-        assert_eq!(
-            super::own_frame(["alloc::x"].iter().copied()),
-            Some("alloc::x")
-        );
-    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -2,15 +2,19 @@
 //!
 //! The accounting stage asks "which category is this block" once per allocation;
 //! this stage answers from a cache keyed by stack id, so each distinct stack is
-//! symbolized ([`crate::symbolize`]) and matched against the rules
-//! ([`crate::attribute`]) once.
+//! symbolized ([`crate::stages::symbolize`]) and matched against the rules
+//! ([`crate::stages::attribute`]) once.
+
+mod trim;
+
+pub use trim::{Trimmer, is_allocator_frame};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Mapping, ScopeFunction, ScopeKind, StackId};
 
-use crate::attribute::{Category, Rules};
-use crate::symbolize::{Frame, Symbolizer};
+use crate::stages::attribute::{Category, Rules};
+use crate::stages::symbolize::{Frame, Symbolizer};
 
 pub struct Stacks {
     rules: Rules,

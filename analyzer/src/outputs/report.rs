@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 
 use leakscope_recording::Tail;
 
-use crate::objects::ObjectKind;
-use crate::summary::Summary;
-use crate::timeline::Timeline;
+use crate::outputs::objects::ObjectKind;
+use crate::outputs::summary::Summary;
+use crate::stages::timeline::Timeline;
 use crate::units::bytes;
 
 /// Names longer than this lose their generic arguments in the report.
@@ -120,154 +120,6 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     md
 }
 
-/// The sessions' sections: categories, per session, the plateau model, and
-/// the sites ended sessions retain.
-fn sessions_sections(md: &mut String, summary: &Summary, timeline: &Timeline) {
-    let _ = writeln!(md, "## Memory by category\n");
-    let _ = writeln!(
-        md,
-        "| category | allocated | reclaimed | retained by ended sessions |"
-    );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
-    for c in &summary.categories {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} |",
-            c.name,
-            bytes(c.allocated_bytes),
-            bytes(c.reclaimed_bytes),
-            bytes(c.retained_bytes)
-        );
-    }
-
-    let s = &summary.sessions;
-    let _ = writeln!(md, "\n## Per session\n");
-    let _ = writeln!(
-        md,
-        "{} sessions born, {} workers ended. Grace period: {} ms after the worker's end.\n",
-        s.count,
-        s.worker_ended,
-        timeline.grace_ns / 1_000_000
-    );
-    let _ = writeln!(md, "| state at the end | sessions | meaning |");
-    let _ = writeln!(md, "| --- | ---: | --- |");
-    let states = [
-        (
-            "closed",
-            s.states.closed,
-            "the map entry's memory (its handle's channel) was released: the entry left the map",
-        ),
-        (
-            "leaked",
-            s.states.leaked,
-            "the entry is still in the map after its worker ended",
-        ),
-        (
-            "live",
-            s.states.live,
-            "the entry is in the map and its worker still runs",
-        ),
-        (
-            "unknown",
-            s.states.unknown,
-            "a signal needed to decide was missing",
-        ),
-    ];
-    for (name, count, meaning) in states {
-        let _ = writeln!(md, "| {name} | {count} | {meaning} |");
-    }
-    if !summary.missing_signals.is_empty() {
-        let _ = writeln!(md, "\nLifecycle signals this recording lacks:\n");
-        for signal in &summary.missing_signals {
-            let _ = writeln!(md, "- {signal}");
-        }
-    }
-    let _ = writeln!(md);
-    let _ = writeln!(md, "| per session | p50 | p90 | max |");
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
-    let _ = writeln!(
-        md,
-        "| transient (freed within the grace period after the worker ended) | {} | {} | {} |",
-        bytes(s.transient_bytes.p50),
-        bytes(s.transient_bytes.p90),
-        bytes(s.transient_bytes.max)
-    );
-    let _ = writeln!(
-        md,
-        "| retained by a leaked session (still live, worker gone) | {} | {} | {} |",
-        bytes(s.retained_bytes.p50),
-        bytes(s.retained_bytes.p90),
-        bytes(s.retained_bytes.max)
-    );
-
-    if s.worker_ended > 0 {
-        plateau_model(md, summary, timeline);
-    }
-    top_sites(md, summary);
-}
-
-/// `rate x lifetime x transient` against what was observed (only with
-/// sessions whose worker ended: without them there is no lifetime to model).
-fn plateau_model(md: &mut String, summary: &Summary, timeline: &Timeline) {
-    let s = &summary.sessions;
-    let _ = writeln!(md, "\n## Plateau model\n");
-    let duration = timeline.duration_s().max(1e-9);
-    let rate = s.count as f64 / duration;
-    let lifetimes: Vec<f64> = timeline
-        .sessions
-        .iter()
-        .filter_map(|x| {
-            x.worker_end_ns
-                .map(|end| end.saturating_sub(x.born_ns) as f64 / 1e9)
-        })
-        .collect();
-    let lifetime = median(&lifetimes);
-    let model_transient = rate * lifetime * s.transient_bytes.p50 as f64;
-    let model_retained = rate * duration * s.retained_bytes.p50 as f64;
-    let observed: u64 = timeline.categories.iter().map(|c| c.live_at_end).sum();
-    let _ = writeln!(
-        md,
-        "With sessions created at {rate:.2}/s living {lifetime:.1} s each (worker lifetime, i.e. keep-alive for \
-         abandoned sessions): `rate x lifetime x transient` = {} held by live sessions at any time, plus \
-         `rate x elapsed x retained` = {} after {duration:.1} s, growing without bound. Observed live at the end \
-         of the recording: {} (all categories).\n",
-        bytes(model_transient as u64),
-        bytes(model_retained as u64),
-        bytes(observed)
-    );
-}
-
-/// The sites that sessions whose worker ended still hold.
-fn top_sites(md: &mut String, summary: &Summary) {
-    let _ = writeln!(md, "## Top retaining call sites\n");
-    for (i, site) in summary.top_sites.iter().take(5).enumerate() {
-        let _ = writeln!(
-            md,
-            "{}. {} in {} blocks",
-            i + 1,
-            bytes(site.retained_bytes),
-            site.blocks
-        );
-        let _ = writeln!(md, "   ```");
-        // Long generic arguments dropped for reading; summary.json keeps the full names.
-        for frame in site.frames.iter().take(14) {
-            let shown = if frame.len() > READABLE_NAME {
-                crate::summary::short_name(frame)
-            } else {
-                frame.clone()
-            };
-            let _ = writeln!(md, "   {shown}");
-        }
-        let _ = writeln!(md, "   ```");
-    }
-    if summary.top_sites.is_empty() {
-        let _ = writeln!(
-            md,
-            "No session whose worker ended holds memory; see the findings below for everything else."
-        );
-    }
-}
-
 /// The findings: what is live at the end by call site, no preset needed.
 fn findings_section(md: &mut String, summary: &Summary) {
     let _ = writeln!(md, "\n## Findings (no preset needed)\n");
@@ -315,59 +167,6 @@ fn findings_section(md: &mut String, summary: &Summary) {
             if finding.leak_candidate { "yes" } else { "" }
         );
     }
-}
-
-/// Tokio's tasks, by the function that spawned them; one line when the
-/// process has none (or the probe found no tokio).
-fn tasks_section(md: &mut String, summary: &Summary) {
-    let _ = writeln!(md, "\n## Tasks\n");
-    let Some(tasks) = summary.objects.get(&ObjectKind::Task) else {
-        let _ = writeln!(
-            md,
-            "No tokio task was seen polling (no tokio runtime in the process, or its task functions were not found).\n"
-        );
-        return;
-    };
-    let state = |name: &str| tasks.states.get(name).copied().unwrap_or(0);
-    let _ = writeln!(
-        md,
-        "{} tasks seen polling: {} ended, {} alive, {} parked (not polled for most of their life). Tasks still running hold {} each (p50), {} in all; ended tasks left {} behind. A task's bytes are its cell and what its polls allocated and is still live; a session's tasks count in its footprint too.\n",
-        tasks.count,
-        state("ended"),
-        state("alive"),
-        state("parked"),
-        bytes(tasks.alive_bytes.p50),
-        bytes(tasks.alive_bytes.total),
-        bytes(tasks.retained_bytes.total),
-    );
-    let _ = writeln!(
-        md,
-        "| spawned from | tasks | ended | alive | parked | in sessions | each holds (p50) | held | leak |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-    );
-    for site in &tasks.spawn_sites {
-        let _ = writeln!(
-            md,
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
-            site.site,
-            site.count,
-            site.ended,
-            site.alive,
-            site.parked,
-            site.in_sessions,
-            bytes(site.alive_bytes.p50),
-            bytes(site.alive_bytes.total),
-            if site.leak { "yes" } else { "" }
-        );
-    }
-}
-
-fn median(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The second line: what the verdict rests on.
@@ -510,24 +309,11 @@ fn link_figures(text: &str, figures: &[(String, &str)]) -> String {
     segments.into_iter().map(|(content, _)| content).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod sessions;
+mod tasks;
 
-    #[test]
-    fn figures_link_once_and_never_inside_a_link() {
-        let figures = vec![
-            ("50 of 50 sessions".to_owned(), "#per-session"),
-            ("12.3 KiB (p50)".to_owned(), "#per-session"),
-            ("50".to_owned(), "#elsewhere"),
-        ];
-        let linked = link_figures(
-            "50 of 50 sessions leaked; each retains 12.3 KiB (p50), 50 more",
-            &figures,
-        );
-        assert_eq!(
-            linked,
-            "[50 of 50 sessions](#per-session) leaked; each retains [12.3 KiB (p50)](#per-session), [50](#elsewhere) more"
-        );
-    }
-}
+use sessions::sessions_sections;
+use tasks::tasks_section;
+
+#[cfg(test)]
+mod tests;

@@ -1,15 +1,6 @@
-//! Objects: the lifecycle objects a recording shows, one model for every kind.
-//!
-//! An object has a kind, a birth, polls (windows in which its allocations are
-//! charged to it), an end, and children. rmcp's **session** is one kind (from a
-//! preset: [`crate::sessions`]); tokio's **task** is another, built in
-//! ([`crate::tasks`]): any tokio server has them. A task spawned while a
-//! session's window is open (its birth request, its worker's polls) is that
-//! session's child, and its bytes are the session's too.
-//!
-//! This module is the view `summary.json`'s `objects` and the verdict read:
-//! per kind, counts by state, bytes of the objects still alive, bytes that
-//! ended (or leaked) objects left behind, idle times, and where tasks were
+//! `summary.json`'s `objects`: each kind of lifecycle object
+//! ([`crate::stages::objects`]) by state, with the bytes of those still alive,
+//! what ended (or leaked) ones left behind, idle times, and where tasks were
 //! spawned from, with the one rule that makes tasks a finding:
 //! [`SpawnSite::leak`].
 
@@ -17,11 +8,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::sessions::SessionState;
-use crate::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
-use crate::summary::{IdleSpread, Retained, percentile};
-use crate::tasks::TaskState;
-use crate::timeline::{Task, Timeline};
+use crate::outputs::summary::{IdleSpread, Retained, percentile};
+pub use crate::stages::objects::ObjectKind;
+use crate::stages::objects::sessions::SessionState;
+use crate::stages::objects::tasks::TaskState;
+use crate::stages::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
+use crate::stages::timeline::{Task, Timeline};
 
 /// A spawn site no frame of the program names.
 pub const UNKNOWN_SITE: &str = "[unknown]";
@@ -32,14 +24,6 @@ const MAX_SPAWN_SITES: usize = 10;
 /// A spawn site whose parked tasks leak has at most this share of its tasks
 /// ended ("none has ended", with room for a few that a client closed).
 const MAX_ENDED_SHARE: f64 = 0.05;
-
-/// The kinds of lifecycle objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ObjectKind {
-    Session,
-    Task,
-}
 
 /// One kind's objects at the end of a recording (`summary.json`'s `objects`).
 #[derive(Debug, Serialize)]

@@ -11,9 +11,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::StackId;
 
-use crate::attribute::{Category, PerCategory};
-use crate::sessions::{SessionKey, SessionTracker};
-use crate::tasks::{Cell, TaskKey};
+use crate::stages::attribute::{Category, PerCategory};
+use crate::stages::objects::sessions::{SessionKey, SessionTracker};
+use crate::stages::objects::tasks::{Cell, TaskKey};
 
 /// Live bytes are sampled this often (recording time) for charts and traces.
 pub const SAMPLE_INTERVAL_NS: u64 = 100_000_000;

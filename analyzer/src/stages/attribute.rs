@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use wildmatch::WildMatch;
 
 /// The built-in rmcp rules.
-pub const RMCP_RULES: &str = include_str!("../rules/rmcp.toml");
+pub const RMCP_RULES: &str = include_str!("../../rules/rmcp.toml");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::StackId;
 
-use crate::sessions::SessionKey;
+use crate::stages::objects::sessions::SessionKey;
 
 /// A task as this stage knows it (an index into its list).
 pub type TaskKey = u32;
@@ -204,7 +204,7 @@ impl TaskTracker {
 /// the program's own frame past tokio's spawn path, the allocator and the
 /// standard library; `None` when the stack has no such frame (a build without
 /// frame pointers stops inside tokio).
-pub fn spawn_site(frames: Vec<crate::symbolize::Frame>) -> Option<String> {
+pub fn spawn_site(frames: Vec<crate::stages::symbolize::Frame>) -> Option<String> {
     let outside_tokio: Vec<&str> = frames
         .iter()
         .map(|f| f.function.as_str())
@@ -212,14 +212,15 @@ pub fn spawn_site(frames: Vec<crate::symbolize::Frame>) -> Option<String> {
             !name.starts_with("tokio::")
                 && !name.starts_with("<tokio::")
                 && !name.starts_with("0x")
-                && !crate::sites::is_allocator_frame(name)
-                && !crate::summary::is_library_frame(name)
+                && !crate::stages::stacks::is_allocator_frame(name)
+                && !crate::stages::names::is_library_frame(name)
         })
         .collect();
     if outside_tokio.is_empty() {
         return None;
     }
-    crate::summary::own_frame(outside_tokio.iter().copied()).map(crate::summary::short_name)
+    crate::stages::names::own_frame(outside_tokio.iter().copied())
+        .map(crate::stages::names::short_name)
 }
 
 #[cfg(test)]

@@ -1,0 +1,139 @@
+//! The outputs: what a report writes, each from the data it needs. Every
+//! output renders to text or bytes; [`OutputDir`] is the one place that writes
+//! them and applies `--redact`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::stages::timeline::Timeline;
+
+pub mod charts;
+pub mod diff;
+pub mod flamegraph;
+pub mod objects;
+pub mod pprof;
+pub mod redact;
+pub mod report;
+pub mod summary;
+pub mod trace;
+pub mod verdict;
+
+/// A directory that outputs are written into, redacted when asked.
+pub struct OutputDir {
+    dir: PathBuf,
+    redactor: Option<redact::Redactor>,
+}
+
+impl OutputDir {
+    /// Creates `dir` (and its parents) if needed; `redact`: take this
+    /// machine's paths and hostnames out of every text written.
+    pub fn create(dir: &Path, redact: bool) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            redactor: redact.then(redact::Redactor::new),
+        })
+    }
+
+    /// `text` as this directory's outputs read it: redacted when asked.
+    pub fn redacted(&self, text: String) -> String {
+        match &self.redactor {
+            Some(r) => r.text(&text),
+            None => text,
+        }
+    }
+
+    pub fn redactor(&self) -> Option<&redact::Redactor> {
+        self.redactor.as_ref()
+    }
+
+    /// Writes a text output (redacted when asked).
+    pub fn text(&self, name: &str, text: String) -> Result<()> {
+        write_file(&self.dir.join(name), self.redacted(text).as_bytes())
+    }
+
+    /// Writes a binary output (a PNG, a gzipped profile already redacted by
+    /// its renderer), as is.
+    pub fn bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        write_file(&self.dir.join(name), bytes)
+    }
+
+    /// Writes charts as `NAME.svg` and `NAME.png`.
+    pub fn charts(&self, charts: Vec<charts::Rendered>) -> Result<()> {
+        for chart in charts {
+            self.text(&format!("{}.svg", chart.name), chart.svg)?;
+            self.bytes(&format!("{}.png", chart.name), &chart.png)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` to `path`, naming it in the error.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Every output of `leakscope report` for `timeline` (summarized as
+/// `summary`), into `out`: `summary.json`, `report.md`, `trace.json` (with
+/// the application's trace `app_trace` merged), `flamegraph.svg`,
+/// `profile.pb.gz` and the charts. Returns the timeline's warnings and any
+/// the merge added, redacted like the outputs.
+pub fn write_report(
+    out: &OutputDir,
+    summary: &summary::Summary,
+    timeline: &Timeline,
+    app_trace: Option<&Path>,
+) -> Result<Vec<String>> {
+    out.text("summary.json", serde_json::to_string_pretty(summary)?)?;
+    out.text("report.md", report::render(summary, timeline))?;
+    let mut trace = trace::chrome_trace(
+        &timeline.header,
+        (
+            timeline.start_ns,
+            timeline.end_ns,
+            timeline.trace_origin_ns.unwrap_or(timeline.start_ns),
+        ),
+        &timeline.sessions,
+        &timeline.samples,
+    );
+    let mut warnings = timeline.warnings.clone();
+    if let Some(app) = app_trace {
+        let text = std::fs::read_to_string(app)
+            .with_context(|| format!("cannot read {}", app.display()))?;
+        trace::merge_app_trace(&mut trace, &text, timeline.header.pid)
+            .with_context(|| format!("{} is not a Chrome trace", app.display()))?;
+        if timeline.trace_origin_ns.is_none() {
+            warnings.push(format!(
+                "the recording has no trace origin (it was not made with leakscope_inproc::chrome_layer): {} is merged into trace.json but its clock may not line up",
+                app.display()
+            ));
+        }
+    }
+    out.text("trace.json", serde_json::to_string(&trace)?)?;
+    let exe = timeline.header.exe.rsplit('/').next().unwrap_or("target");
+    let title = format!(
+        "Bytes live at the end of the recording: {exe} (pid {})",
+        timeline.header.pid
+    );
+    out.text("flamegraph.svg", flamegraph::svg(&timeline.sites, &title)?)?;
+    out.charts(charts::all(timeline)?)?;
+    out.bytes(
+        "profile.pb.gz",
+        &pprof::of_timeline(timeline, out.redactor())?,
+    )?;
+    Ok(warnings.into_iter().map(|w| out.redacted(w)).collect())
+}
+
+/// Every output of `leakscope diff` into `out`: `diff.json`, `diff.md` and
+/// the diff charts.
+pub fn write_diff(
+    out: &OutputDir,
+    diff: &diff::Diff,
+    before: &Timeline,
+    after: &Timeline,
+) -> Result<()> {
+    out.text("diff.json", serde_json::to_string_pretty(diff)?)?;
+    out.text("diff.md", diff::render(diff))?;
+    out.charts(charts::diff(before, after, diff)?)
+}

@@ -1,0 +1,166 @@
+//! The report's session sections: memory by category, per session, the
+//! plateau model and the top retaining call sites.
+
+use std::fmt::Write as _;
+
+use super::READABLE_NAME;
+use crate::outputs::summary::Summary;
+use crate::stages::timeline::Timeline;
+use crate::units::bytes;
+
+/// The sessions' sections: categories, per session, the plateau model, and
+/// the sites ended sessions retain.
+pub(super) fn sessions_sections(md: &mut String, summary: &Summary, timeline: &Timeline) {
+    let _ = writeln!(md, "## Memory by category\n");
+    let _ = writeln!(
+        md,
+        "| category | allocated | reclaimed | retained by ended sessions |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
+    for c in &summary.categories {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            c.name,
+            bytes(c.allocated_bytes),
+            bytes(c.reclaimed_bytes),
+            bytes(c.retained_bytes)
+        );
+    }
+
+    let s = &summary.sessions;
+    let _ = writeln!(md, "\n## Per session\n");
+    let _ = writeln!(
+        md,
+        "{} sessions born, {} workers ended. Grace period: {} ms after the worker's end.\n",
+        s.count,
+        s.worker_ended,
+        timeline.grace_ns / 1_000_000
+    );
+    let _ = writeln!(md, "| state at the end | sessions | meaning |");
+    let _ = writeln!(md, "| --- | ---: | --- |");
+    let states = [
+        (
+            "closed",
+            s.states.closed,
+            "the map entry's memory (its handle's channel) was released: the entry left the map",
+        ),
+        (
+            "leaked",
+            s.states.leaked,
+            "the entry is still in the map after its worker ended",
+        ),
+        (
+            "live",
+            s.states.live,
+            "the entry is in the map and its worker still runs",
+        ),
+        (
+            "unknown",
+            s.states.unknown,
+            "a signal needed to decide was missing",
+        ),
+    ];
+    for (name, count, meaning) in states {
+        let _ = writeln!(md, "| {name} | {count} | {meaning} |");
+    }
+    if !summary.missing_signals.is_empty() {
+        let _ = writeln!(md, "\nLifecycle signals this recording lacks:\n");
+        for signal in &summary.missing_signals {
+            let _ = writeln!(md, "- {signal}");
+        }
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "| per session | p50 | p90 | max |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
+    let _ = writeln!(
+        md,
+        "| transient (freed within the grace period after the worker ended) | {} | {} | {} |",
+        bytes(s.transient_bytes.p50),
+        bytes(s.transient_bytes.p90),
+        bytes(s.transient_bytes.max)
+    );
+    let _ = writeln!(
+        md,
+        "| retained by a leaked session (still live, worker gone) | {} | {} | {} |",
+        bytes(s.retained_bytes.p50),
+        bytes(s.retained_bytes.p90),
+        bytes(s.retained_bytes.max)
+    );
+
+    if s.worker_ended > 0 {
+        plateau_model(md, summary, timeline);
+    }
+    top_sites(md, summary);
+}
+
+/// `rate x lifetime x transient` against what was observed (only with
+/// sessions whose worker ended: without them there is no lifetime to model).
+fn plateau_model(md: &mut String, summary: &Summary, timeline: &Timeline) {
+    let s = &summary.sessions;
+    let _ = writeln!(md, "\n## Plateau model\n");
+    let duration = timeline.duration_s().max(1e-9);
+    let rate = s.count as f64 / duration;
+    let lifetimes: Vec<f64> = timeline
+        .sessions
+        .iter()
+        .filter_map(|x| {
+            x.worker_end_ns
+                .map(|end| end.saturating_sub(x.born_ns) as f64 / 1e9)
+        })
+        .collect();
+    let lifetime = median(&lifetimes);
+    let model_transient = rate * lifetime * s.transient_bytes.p50 as f64;
+    let model_retained = rate * duration * s.retained_bytes.p50 as f64;
+    let observed: u64 = timeline.categories.iter().map(|c| c.live_at_end).sum();
+    let _ = writeln!(
+        md,
+        "With sessions created at {rate:.2}/s living {lifetime:.1} s each (worker lifetime, i.e. keep-alive for \
+         abandoned sessions): `rate x lifetime x transient` = {} held by live sessions at any time, plus \
+         `rate x elapsed x retained` = {} after {duration:.1} s, growing without bound. Observed live at the end \
+         of the recording: {} (all categories).\n",
+        bytes(model_transient as u64),
+        bytes(model_retained as u64),
+        bytes(observed)
+    );
+}
+
+/// The sites that sessions whose worker ended still hold.
+fn top_sites(md: &mut String, summary: &Summary) {
+    let _ = writeln!(md, "## Top retaining call sites\n");
+    for (i, site) in summary.top_sites.iter().take(5).enumerate() {
+        let _ = writeln!(
+            md,
+            "{}. {} in {} blocks",
+            i + 1,
+            bytes(site.retained_bytes),
+            site.blocks
+        );
+        let _ = writeln!(md, "   ```");
+        // Long generic arguments dropped for reading; summary.json keeps the full names.
+        for frame in site.frames.iter().take(14) {
+            let shown = if frame.len() > READABLE_NAME {
+                crate::stages::names::short_name(frame)
+            } else {
+                frame.clone()
+            };
+            let _ = writeln!(md, "   {shown}");
+        }
+        let _ = writeln!(md, "   ```");
+    }
+    if summary.top_sites.is_empty() {
+        let _ = writeln!(
+            md,
+            "No session whose worker ended holds memory; see the findings below for everything else."
+        );
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -1,0 +1,22 @@
+//! Objects: the lifecycle objects a recording shows, one model for every kind.
+//!
+//! An object has a kind, a birth, polls (windows in which its allocations are
+//! charged to it), an end, and children. rmcp's **session** is one kind (from a
+//! preset: [`sessions`]); tokio's **task** is another, built in ([`tasks`]): any
+//! tokio server has them. A task spawned while a session's window is open (its
+//! birth request, its worker's polls) is that session's child, and its bytes
+//! are the session's too. `summary.json`'s `objects` is their view by kind
+//! (`outputs::objects`).
+
+use serde::Serialize;
+
+pub mod sessions;
+pub mod tasks;
+
+/// The kinds of lifecycle objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectKind {
+    Session,
+    Task,
+}

@@ -1,0 +1,77 @@
+//! Sessions in in-process recordings: named by `tracing` spans and rmcp's
+//! "create new session" event instead of scopes. A span may announce a new
+//! anonymous session and learn its id only after the worker has named it; the
+//! two are then merged.
+
+use super::{SessionKey, SessionTracker};
+
+impl SessionTracker {
+    /// In-process mode: a session with `id` was just created on `tid`. Returns
+    /// it, and the unowned map-entry blocks allocated on `tid` since the last
+    /// such fact, which are its own (the caller hands them to the session).
+    pub fn created(&mut self, ts: u64, tid: u32, id: String) -> (SessionKey, Vec<u64>) {
+        let session = match self.session_ids.get(&id) {
+            Some(&known) => self.resolve(known),
+            None => {
+                let s = self.new_session(ts, Some(id.clone()));
+                self.session_ids.insert(id, s);
+                s
+            }
+        };
+        (session, self.orphans.remove(&tid).unwrap_or_default())
+    }
+
+    /// In-process mode: the innermost session span on `tid` announced its session id
+    /// ("" = a new session whose id comes later). Span keys are reused by `tracing`,
+    /// so each announcement rebinds the span's key.
+    pub fn name(&mut self, ts: u64, tid: u32, id: String) {
+        let Some((key, current, _)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
+            return;
+        };
+        let unnamed_current = current
+            .map(|s| self.resolve(s))
+            .filter(|s| self.lives[*s as usize].id.is_none());
+        let session = if id.is_empty() {
+            self.new_session(ts, None)
+        } else if let Some(&known) = self.session_ids.get(&id) {
+            if let Some(anonymous) = unnamed_current.filter(|s| *s != known) {
+                self.merge(anonymous, known);
+            }
+            known
+        } else if let Some(s) = unnamed_current {
+            self.lives[s as usize].id = Some(id.clone());
+            self.session_ids.insert(id, s);
+            s
+        } else {
+            let s = self.new_session(ts, Some(id.clone()));
+            self.session_ids.insert(id, s);
+            s
+        };
+        self.span_sessions.insert(key, session);
+        if let Some(top) = self.polls.get_mut(&tid).and_then(|p| p.last_mut()) {
+            top.1 = Some(session);
+        }
+    }
+
+    /// Folds session `from` into `into`: the same session, learned late.
+    fn merge(&mut self, from: SessionKey, into: SessionKey) {
+        let born = self.lives[from as usize].born_ns;
+        let last = self.lives[from as usize].last_active_ns;
+        let polls = self.lives[from as usize].polls;
+        let target = &mut self.lives[into as usize];
+        target.born_ns = target.born_ns.min(born);
+        target.last_active_ns = target.last_active_ns.max(last);
+        target.polls = target.polls.saturating_add(polls);
+        self.merged[from as usize] = Some(into);
+        for bound in self
+            .span_sessions
+            .values_mut()
+            .chain(self.birth_window.values_mut())
+            .chain(self.pending_spawn.iter_mut().map(|(_, s)| s))
+        {
+            if *bound == from {
+                *bound = into;
+            }
+        }
+    }
+}

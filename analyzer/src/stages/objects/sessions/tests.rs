@@ -1,0 +1,162 @@
+use super::*;
+
+#[test]
+fn a_poll_belongs_to_the_session_whose_birth_block_contains_its_argument() {
+    let mut t = SessionTracker::default();
+    t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+    assert_eq!(
+        t.alloc(1, 0x1000, 100, Category::WorkerOther, false),
+        Some(0),
+        "in the birth window"
+    );
+    t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+    assert_eq!(
+        t.alloc(1, 0x9000, 8, Category::WorkerOther, false),
+        None,
+        "after the window"
+    );
+    t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
+    assert_eq!(
+        t.alloc(2, 0x2000, 8, Category::WorkerOther, false),
+        Some(0),
+        "inside the poll"
+    );
+    t.scope(4, 2, ScopeKind::WorkerPoll, Phase::Exit, 0);
+    assert_eq!(
+        t.alloc(2, 0x3000, 8, Category::WorkerOther, false),
+        None,
+        "after the poll"
+    );
+    t.scope(5, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1050);
+    assert_eq!(t.worker_end_ns(0), Some(5));
+    t.free(0x1000);
+    t.scope(6, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010);
+    assert_eq!(
+        t.alloc(2, 0x4000, 8, Category::WorkerOther, false),
+        None,
+        "a freed block contains nothing"
+    );
+}
+
+#[test]
+fn what_runs_between_create_and_spawn_is_not_the_sessions() {
+    let mut t = SessionTracker::default();
+    t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+    assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap, false), Some(0));
+    t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+    // Awaiting the map's lock: another task's block, then the map's table resize.
+    assert_eq!(t.alloc(1, 0x5000, 64, Category::Other, false), None);
+    // The creating task resumed on thread 2, which spawns its worker.
+    t.scope(3, 2, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+    assert_eq!(
+        t.alloc(2, 0x2000, 64, Category::WorkerChannel, false),
+        Some(0)
+    );
+    t.scope(4, 2, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+    assert_eq!(t.alloc(2, 0x3000, 64, Category::Other, false), None);
+    // The worker's poll points into the task allocated by the spawn.
+    t.scope(5, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x2008);
+    assert_eq!(t.alloc(1, 0x4000, 8, Category::Other, false), Some(0));
+}
+
+/// Polls probed at entry only: the thread's latest poll holds for the blocks
+/// whose stacks pass through the poll function, and for no other.
+#[test]
+fn polls_without_exits_are_read_from_the_stack() {
+    let mut t = SessionTracker::default();
+    t.polls_by_stack();
+    t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+    assert_eq!(
+        t.alloc(1, 0x1000, 64, Category::WorkerChannel, false),
+        Some(0)
+    );
+    t.scope(2, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+    t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
+    assert!(t.wants_poll_stack(2));
+    assert_eq!(
+        t.alloc(2, 0x2000, 8, Category::Other, true),
+        Some(0),
+        "inside the poll"
+    );
+    assert_eq!(
+        t.alloc(2, 0x3000, 8, Category::Other, false),
+        None,
+        "another task"
+    );
+}
+
+#[test]
+fn a_loss_ends_what_each_thread_was_inside() {
+    let mut t = SessionTracker::default();
+    t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+    assert_eq!(t.alloc(1, 0x1000, 64, Category::SessionMap, false), Some(0));
+    t.scope(2, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1000);
+    // The exits of both were among the lost records.
+    t.forget_threads();
+    assert_eq!(t.alloc(1, 0x2000, 8, Category::Other, false), None);
+    assert_eq!(t.alloc(2, 0x3000, 8, Category::Other, false), None);
+    // Containment still links the next poll.
+    t.scope(3, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1008);
+    assert_eq!(t.alloc(2, 0x4000, 8, Category::Other, false), Some(0));
+}
+
+#[test]
+fn nested_create_and_spawn_scopes_count_once() {
+    let mut t = SessionTracker::default();
+    t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+    t.scope(1, 1, ScopeKind::SessionCreate, Phase::Enter, 0);
+    t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+    assert_eq!(
+        t.alloc(1, 0x100, 8, Category::SessionMap, false),
+        Some(0),
+        "still inside"
+    );
+    t.scope(2, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+    t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+    t.scope(3, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+    assert_eq!(
+        t.alloc(1, 0x200, 8, Category::WorkerChannel, false),
+        Some(0)
+    );
+    t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+    assert_eq!(
+        t.alloc(1, 0x300, 8, Category::WorkerChannel, false),
+        Some(0)
+    );
+    t.scope(4, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+    assert_eq!(t.alloc(1, 0x400, 8, Category::Other, false), None);
+    let (lives, _) = t.finish();
+    assert_eq!(lives.len(), 1, "one session, not two");
+}
+
+#[test]
+fn in_process_spans_keep_only_session_memory() {
+    let mut t = SessionTracker::default();
+    t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
+    t.name(1, 1, "a".into());
+    assert_eq!(t.alloc(1, 0x100, 8, Category::SessionMap, false), Some(0));
+    assert_eq!(
+        t.alloc(1, 0x200, 8, Category::Other, false),
+        None,
+        "the map's table grows inside the application's span: shared"
+    );
+}
+
+#[test]
+fn an_anonymous_span_that_learns_a_known_id_is_merged() {
+    let mut t = SessionTracker::default();
+    // The worker's span names session "a" first.
+    t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
+    t.name(1, 1, "a".into());
+    t.scope(2, 1, ScopeKind::SessionSpan, Phase::Exit, 10);
+    // The creating span announced itself anonymously, then learns it is "a".
+    t.scope(3, 2, ScopeKind::SessionSpan, Phase::Enter, 20);
+    t.name(3, 2, String::new());
+    assert_eq!(t.alloc(2, 0x100, 8, Category::WorkerOther, false), Some(1));
+    t.name(4, 2, "a".into());
+    assert_eq!(t.resolve(1), 0);
+    let (lives, index) = t.finish();
+    assert_eq!(lives.len(), 1);
+    assert_eq!(index, vec![0, 0]);
+    assert_eq!(lives[0].born_ns, 1);
+}

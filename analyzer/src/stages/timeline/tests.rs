@@ -1,0 +1,216 @@
+use std::path::PathBuf;
+
+use leakscope_recording::{AllocLayer, ClockOrigin, Phase, Producer, Record, ScopeKind, Settings};
+
+use super::*;
+use crate::analyze;
+use crate::stages::attribute::Category;
+
+const GRACE: u64 = 1_000_000_000;
+
+fn recording(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/recordings")
+        .join(name)
+}
+
+fn header() -> Header {
+    Header {
+        producer: Producer::InProcess,
+        producer_version: "test".into(),
+        pid: 1,
+        exe: "/nonexistent".into(),
+        build_id: None,
+        clock: ClockOrigin {
+            monotonic_ns: 0,
+            unix_ns: 0,
+        },
+        rmcp_version: None,
+        settings: Settings {
+            alloc_layer: AllocLayer::GlobalAllocator,
+            alloc_layer_reason: String::new(),
+            stack_depth: 0,
+            preset: None,
+            scope_probes: vec![],
+            missing_scopes: vec![],
+            scope_functions: vec![],
+            notes: vec![],
+        },
+        frame_pointers: leakscope_recording::FramePointers::Unknown,
+    }
+}
+
+fn scope(ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) -> Record {
+    Record::Scope {
+        ts,
+        tid,
+        kind,
+        phase,
+        arg,
+    }
+}
+
+/// A block allocated without a stack.
+fn alloc(ts: u64, tid: u32, addr: u64, size: u64) -> Record {
+    Record::Alloc {
+        ts,
+        tid,
+        addr,
+        size,
+        stack: None,
+    }
+}
+
+#[test]
+fn polls_and_worker_end_are_linked_by_containment() {
+    let s = 1_000_000_000;
+    let records = vec![
+        scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
+        alloc(s, 1, 0x1000, 100),
+        scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
+        // Not in the window: belongs to no session.
+        alloc(s, 1, 0x9000, 7),
+        // A poll on another thread whose argument points inside the task block.
+        scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Enter, 0x1010),
+        alloc(2 * s, 2, 0x2000, 50),
+        scope(2 * s, 2, ScopeKind::WorkerPoll, Phase::Exit, 0),
+        scope(3 * s, 2, ScopeKind::WorkerDrop, Phase::Enter, 0x1020),
+        Record::Free {
+            ts: 3 * s + 10,
+            tid: 2,
+            addr: 0x2000,
+        },
+        Record::End {
+            ts: 10 * s,
+            reason: EndReason::Finished,
+        },
+    ];
+    let mut builder = Builder::new(Rules::builtin(), GRACE, s);
+    for record in records {
+        builder.push(record);
+    }
+    let timeline = builder.finish(header(), Tail::Clean);
+    assert_eq!(timeline.sessions.len(), 1);
+    let session = &timeline.sessions[0];
+    assert_eq!(
+        session.allocated, 150,
+        "the birth block and the poll's block"
+    );
+    assert_eq!(session.worker_end_ns, Some(3 * s));
+    assert_eq!(session.transient, 50, "freed right after the worker ended");
+    assert_eq!(session.retained, 100, "the task block outlived its worker");
+    assert_eq!(timeline.categories[Category::Other].live_at_end, 107);
+    assert_eq!(timeline.worker_ends_s, vec![2.0]);
+}
+
+/// A drop that may have taken a scope exit makes the threads' open windows
+/// unknown; a block the probe could not learn (a posix_memalign whose
+/// slot another thread took) takes no record, so the windows stand.
+#[test]
+fn only_losses_that_may_drop_scope_records_close_open_windows() {
+    let s = 1_000_000_000;
+    let allocated_after = |reason| {
+        let mut builder = Builder::new(Rules::builtin(), GRACE, s);
+        for record in [
+            scope(s, 1, ScopeKind::SessionCreate, Phase::Enter, 0),
+            alloc(s, 1, 0x1000, 100),
+            Record::Lost {
+                ts: s,
+                reason,
+                count: 1,
+            },
+            alloc(s, 1, 0x2000, 20),
+            scope(s, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0),
+            Record::End {
+                ts: 10 * s,
+                reason: EndReason::Finished,
+            },
+        ] {
+            builder.push(record);
+        }
+        let timeline = builder.finish(header(), Tail::Clean);
+        timeline.sessions.iter().map(|s| s.allocated).sum::<u64>()
+    };
+    assert_eq!(allocated_after(LostReason::PendingFull), 120);
+    assert_eq!(allocated_after(LostReason::Stack), 120);
+    assert_eq!(allocated_after(LostReason::RingFull), 100);
+}
+
+/// realloc frees its old block inside the call: another thread can be handed
+/// that address before the realloc's record; the late free must not delete
+/// the other thread's live block.
+#[test]
+fn a_reused_address_is_not_freed_by_a_late_realloc() {
+    let records = vec![
+        alloc(10, 1, 0x100, 64),
+        // Thread 2 gets 0x100 at ts 30, after thread 1's realloc began (20)...
+        alloc(30, 2, 0x100, 32),
+        // ...and thread 1's realloc (entered at 20) is recorded at 40.
+        Record::Realloc {
+            ts: 40,
+            tid: 1,
+            old: 0x100,
+            new: 0x200,
+            size: 128,
+            stack: None,
+            entry_ts: 20,
+        },
+        Record::End {
+            ts: 50,
+            reason: EndReason::Finished,
+        },
+    ];
+    let mut builder = Builder::new(Rules::builtin(), GRACE, 1_000_000_000);
+    for record in records {
+        builder.push(record);
+    }
+    let timeline = builder.finish(header(), Tail::Clean);
+    assert_eq!(
+        timeline.categories[Category::Other].live_at_end,
+        32 + 128,
+        "thread 2's block and the realloc's new block are both live"
+    );
+}
+
+#[test]
+fn leaky_recording_retains_the_session_channel_per_session() {
+    let timeline = analyze(
+        &recording("leaky-5-sessions.lsrec"),
+        Rules::builtin(),
+        GRACE,
+    )
+    .unwrap();
+    assert_eq!(timeline.sessions.len(), 5);
+    assert!(timeline.sessions.iter().all(|s| s.worker_end_ns.is_some()));
+    let exact = timeline
+        .sessions
+        .iter()
+        .filter(|s| s.retained == 12_064 + 512)
+        .count();
+    assert!(
+        exact >= 4,
+        "the SessionEvent channel's two blocks per session: {:?}",
+        timeline.sessions
+    );
+    assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
+    assert_eq!(timeline.end_reason, Some(EndReason::Interrupted));
+}
+
+#[test]
+fn fixed_recording_retains_nothing_per_session() {
+    let timeline = analyze(
+        &recording("fixed-5-sessions.lsrec"),
+        Rules::builtin(),
+        GRACE,
+    )
+    .unwrap();
+    assert_eq!(timeline.sessions.len(), 5);
+    // At most a table resize of the map lands in one session; no channel survives.
+    let sessions = &timeline.sessions;
+    assert!(sessions.iter().all(|s| s.retained < 1024), "{sessions:?}");
+    assert!(
+        sessions.iter().filter(|s| s.retained == 0).count() >= 4,
+        "{sessions:?}"
+    );
+    assert!(timeline.sessions.iter().all(|s| s.transient > 20_000));
+}
