@@ -152,7 +152,7 @@ fn diff_shows_the_leak_gone(leaky: &Run, fixed: &Run) {
     }
     let diff: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("diff.json")).unwrap()).unwrap();
-    assert_eq!(diff["format_version"], 1);
+    assert_eq!(diff["format_version"], 2);
     assert_eq!(diff["verdict_kind"], "fixed", "{diff:#}");
     assert_eq!(diff["removed_share"], 1.0);
     let removed = diff["removed_per_session_bytes"].as_f64().unwrap();

@@ -8,18 +8,21 @@
 //!
 //! `diff.json` field names are a contract, versioned by [`FORMAT_VERSION`]:
 //! * 1: the first contract.
+//! * 2: each side's `tasks`, `parked_tasks`, `ended_tasks` and `task_bytes`
+//!   (tokio's tasks, `summary.json`'s `objects.task`). Other fields keep their meaning.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::outputs::objects::ObjectKind;
 use crate::outputs::summary::{Summary, VerdictKind, percentile};
 use crate::stages::names::site_name;
 use crate::stages::objects::sessions::SessionState;
 use crate::stages::timeline::Timeline;
 use crate::units::bytes;
 
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A site's bytes changed when they moved by more than this share...
 const CHANGE_SHARE: f64 = 0.10;
@@ -79,6 +82,12 @@ pub struct Side {
     pub retained_per_session_p50: u64,
     /// Bytes live at the end of the recording, everything counted.
     pub live_at_end_bytes: u64,
+    /// tokio tasks seen, how many were parked and ended at the end, and the
+    /// bytes the ones still running hold.
+    pub tasks: u64,
+    pub parked_tasks: u64,
+    pub ended_tasks: u64,
+    pub task_bytes: u64,
     pub verdict_kind: VerdictKind,
     pub verdict: String,
 }
@@ -86,6 +95,12 @@ pub struct Side {
 impl Side {
     fn of(recording: &str, summary: &Summary, timeline: &Timeline) -> Self {
         let s = &summary.sessions;
+        let tasks = summary.objects.get(&ObjectKind::Task);
+        let task_state = |state: &str| {
+            tasks
+                .and_then(|t| t.states.get(state).copied())
+                .unwrap_or(0)
+        };
         Self {
             recording: recording.to_owned(),
             exe: timeline.header.exe.clone(),
@@ -101,6 +116,10 @@ impl Side {
             retained_bytes: s.retained_bytes.total,
             retained_per_session_p50: s.retained_bytes.p50,
             live_at_end_bytes: timeline.sites.iter().map(|site| site.retained_bytes).sum(),
+            tasks: tasks.map_or(0, |t| t.count),
+            parked_tasks: task_state("parked"),
+            ended_tasks: task_state("ended"),
+            task_bytes: tasks.map_or(0, |t| t.alive_bytes.total),
             verdict_kind: summary.verdict_kind,
             verdict: summary.verdict.clone(),
         }
@@ -375,6 +394,30 @@ fn decide(
                 after.leaked,
                 after.sessions,
                 bytes(after_p50)
+            ),
+        );
+    }
+    // No session leaked on either side: the verdicts outside sessions (a
+    // growing site, parked tasks) decide.
+    if before.verdict_kind == VerdictKind::Leak && after.verdict_kind != VerdictKind::Leak {
+        return (
+            DiffKind::Fixed,
+            format!(
+                "The change fixes the leak outside sessions ({} parked tasks before, {} after; {} live at the end before, {} after); {new_part}. Before: {}",
+                before.parked_tasks,
+                after.parked_tasks,
+                bytes(before.live_at_end_bytes),
+                bytes(after.live_at_end_bytes),
+                before.verdict
+            ),
+        );
+    }
+    if before.verdict_kind == VerdictKind::Leak && fresh.is_empty() {
+        return (
+            DiffKind::Unchanged,
+            format!(
+                "Both recordings leak outside sessions ({} parked tasks before, {} after). After: {}",
+                before.parked_tasks, after.parked_tasks, after.verdict
             ),
         );
     }

@@ -128,6 +128,16 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
             ),
         );
     }
+    if rest.settled() && rest.early_bytes + rest.late_bytes == 0 {
+        return (
+            VerdictKind::NoLeak,
+            format!(
+                "No leak: every byte allocated during the recording was freed but {} still in flight at the end ({} sites; {no_sessions}){caveat}.",
+                bytes(rest.in_flight_bytes),
+                timeline.sites.len()
+            ),
+        );
+    }
     if rest.settled() {
         return (
             VerdictKind::NoLeak,

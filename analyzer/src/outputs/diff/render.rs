@@ -48,9 +48,20 @@ pub fn render(diff: &Diff) -> String {
     }
     let _ = writeln!(
         md,
-        "| live at the end | {} | {} |\n",
+        "| live at the end | {} | {} |",
         bytes(b.live_at_end_bytes),
         bytes(a.live_at_end_bytes)
+    );
+    let _ = writeln!(
+        md,
+        "| tasks (parked / ended) | {} ({} / {}) | {} ({} / {}) |",
+        b.tasks, b.parked_tasks, b.ended_tasks, a.tasks, a.parked_tasks, a.ended_tasks
+    );
+    let _ = writeln!(
+        md,
+        "| held by running tasks | {} | {} |\n",
+        bytes(b.task_bytes),
+        bytes(a.task_bytes)
     );
     let _ = writeln!(
         md,
