@@ -306,7 +306,7 @@ impl Recorder {
         let mut header = Header::new(
             Producer::InProcess,
             format!("leakscope-inproc {}", env!("CARGO_PKG_VERSION")),
-            &target,
+            target.identity(target.crate_version("rmcp")),
             Settings {
                 alloc_layer: AllocLayer::GlobalAllocator,
                 alloc_layer_reason: "the program's #[global_allocator] is leakscope_inproc::Alloc (wrapping dhat::Alloc): every Rust allocation, no C ones".into(),

@@ -146,7 +146,9 @@ pub async fn attach(
     let mut header = Header::new(
         Producer::Ebpf,
         format!("leakscope-probe {}", env!("CARGO_PKG_VERSION")),
-        &target,
+        // The symbols are in memory already: the rmcp version comes from them,
+        // not from reading the executable again.
+        target.identity(exe.crate_version("rmcp")),
         Settings {
             alloc_layer: plan.layer,
             alloc_layer_reason: plan.layer_reason.clone(),
@@ -158,8 +160,6 @@ pub async fn attach(
             notes,
         },
     );
-    // The symbols are in memory already: no need to read the executable again.
-    header.rmcp_version = exe.crate_version("rmcp");
     header.frame_pointers = exe.frame_pointers();
     if header.frame_pointers == FramePointers::Omitted {
         on_event(AttachEvent::Warning(format!(

@@ -526,7 +526,12 @@ mod tests {
             scope_functions: vec![],
             notes: vec![],
         };
-        let header = Header::new(Producer::Ebpf, "test".into(), &target, settings);
+        let header = Header::new(
+            Producer::Ebpf,
+            "test".into(),
+            target.identity(None),
+            settings,
+        );
         Capture::new(RecordingWriter::new(Vec::new(), &header).expect("header"))
     }
 

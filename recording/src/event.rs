@@ -137,23 +137,33 @@ pub struct Header {
     pub frame_pointers: FramePointers,
 }
 
+/// The process a recording is of, as plain values (a producer reads them:
+/// [`crate::target::Target::identity`] from `/proc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub pid: u32,
+    pub exe: String,
+    pub build_id: Option<String>,
+    pub rmcp_version: Option<String>,
+}
+
 impl Header {
     /// The header of a recording of `target` that starts now. `producer_version`
     /// names the producing tool for reports (e.g. `leakscope-probe 0.1.0`).
     pub fn new(
         producer: Producer,
         producer_version: String,
-        target: &crate::target::Target,
+        target: Identity,
         settings: Settings,
     ) -> Self {
         Self {
             producer,
             producer_version,
             pid: target.pid,
-            exe: target.exe.clone(),
-            build_id: target.exe_build_id(),
+            exe: target.exe,
+            build_id: target.build_id,
             clock: ClockOrigin::now(),
-            rmcp_version: target.crate_version("rmcp"),
+            rmcp_version: target.rmcp_version,
             settings,
             frame_pointers: FramePointers::Unknown,
         }

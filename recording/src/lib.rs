@@ -31,8 +31,8 @@ mod writer;
 
 pub use demangle::demangle;
 pub use event::{
-    AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
-    ScopeFunction, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
+    AllocLayer, ClockOrigin, EndReason, Header, Identity, LostReason, Mapping, Phase, Producer,
+    Record, ScopeFunction, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
 };
 pub use frame_pointers::FramePointers;
 pub use reader::{ReadError, RecordingReader, Tail};

@@ -76,6 +76,18 @@ impl Target {
         crate_version(&data, name)
     }
 
+    /// What a recording's header says of this process. `rmcp_version`: the
+    /// rmcp release its executable was built with, when the caller has read it
+    /// (from symbols already in memory, or [`Target::crate_version`]).
+    pub fn identity(&self, rmcp_version: Option<String>) -> crate::Identity {
+        crate::Identity {
+            pid: self.pid,
+            exe: self.exe.clone(),
+            build_id: self.exe_build_id(),
+            rmcp_version,
+        }
+    }
+
     pub fn exe_build_id(&self) -> Option<String> {
         self.mappings
             .iter()

@@ -1,13 +1,12 @@
 //! The demo: the whole story on a leaky rmcp fixture. Start it, attach the probe,
 //! abandon sessions, wait past keep-alive, and write the report.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use leakscope_fixtures::process::{DebugSessions, FixtureProcess};
+use leakscope_fixtures::process::{DebugSessions, FixtureProcess, ProbeProcess};
 
 use crate::shell::workspace_root;
 
@@ -56,19 +55,14 @@ pub fn record_churn(
     );
     let before = server.debug_sessions()?;
     println!("before churn:           {before:?}");
-    let mut probe = crate::shell::privileged(probe)
-        .args(["attach", "--pid", &server.pid().to_string(), "--out"])
-        .arg(out)
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start leakscope-probe")?;
-    let mut line = String::new();
-    BufReader::new(probe.stdout.take().expect("piped")).read_line(&mut line)?;
-    if !line.starts_with("attached:") {
-        let _ = probe.wait();
-        bail!("the probe did not attach (it needs root): {}", line.trim());
-    }
-    print!("{line}");
+    let probe = ProbeProcess::start(
+        crate::shell::privileged(probe),
+        server.pid(),
+        out,
+        &[],
+        Stdio::inherit(),
+    )?;
+    println!("{}", probe.attached);
     let count = sessions.to_string();
     let status = Command::new(bin.join("churn"))
         .args(["--url", &server.mcp_url, "--count", &count, "--rate", "50"])
@@ -81,15 +75,14 @@ pub fn record_churn(
     std::thread::sleep(Duration::from_secs(keep_alive_s + 2));
     let after = server.debug_sessions()?;
     println!("after keep-alive + 2 s: {after:?}");
-    // SAFETY: plain kill(2) on our own child: SIGINT makes the probe finish its recording.
-    unsafe { libc_kill(probe.id() as i32, 2) };
-    probe.wait()?;
+    // SIGINT makes the probe finish its recording.
+    probe.signal_and_wait(2)?;
     Ok(Recorded { before, after })
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
-    let probe = crate::build_probe()?;
-    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
+    let probe = crate::build::probe()?;
+    let bin = crate::build::release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
     let out = match &args.out {
         Some(out) => workspace_root().join(out),
         None => crate::shell::target_dir().join("demo"),
@@ -162,8 +155,8 @@ fn leakscope(bin: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
 /// `cargo xtask recordings`: regenerates the small recordings in `fixtures/recordings/`
 /// that the analyzer's unit tests read (5 abandoned sessions, leaky and fixed).
 pub fn regenerate_recordings() -> Result<()> {
-    let probe = crate::build_probe()?;
-    let bin = crate::build_release_bins(&["leakscope-fixtures"])?;
+    let probe = crate::build::probe()?;
+    let bin = crate::build::release_bins(&["leakscope-fixtures"])?;
     let dir = workspace_root().join("fixtures/recordings");
     std::fs::create_dir_all(&dir)?;
     for composition in ["leaky", "fixed"] {

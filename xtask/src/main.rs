@@ -3,6 +3,7 @@
 //! plain `cargo build`/`cargo test` stay ordinary.
 
 mod bench;
+mod build;
 mod demo;
 mod fuzz;
 mod preset_check;
@@ -73,26 +74,8 @@ fn main() {
     }
 }
 
-/// The release probe binary, built (with its eBPF object) if needed.
-pub fn build_probe() -> Result<std::path::PathBuf> {
-    setup::ensure_prerequisites()?;
-    shell::cargo(&["build", "--release", "-p", "leakscope-probe"])?;
-    Ok(shell::target_dir().join("release/leakscope-probe"))
-}
-
-/// `cargo build --release` of some packages' binaries; returns `target/release`.
-pub fn build_release_bins(packages: &[&str]) -> Result<std::path::PathBuf> {
-    let mut args = vec!["build", "--release"];
-    for package in packages {
-        args.extend(["-p", package]);
-    }
-    args.push("--bins");
-    shell::cargo(&args)?;
-    Ok(shell::target_dir().join("release"))
-}
-
 fn attach(args: &[String]) -> Result<()> {
-    let probe = build_probe()?;
+    let probe = build::probe()?;
     let status = shell::privileged(&probe)
         .arg("attach")
         .args(args)
@@ -101,7 +84,7 @@ fn attach(args: &[String]) -> Result<()> {
 }
 
 fn report(args: &[String]) -> Result<()> {
-    let bin = build_release_bins(&["leakscope-analyzer"])?;
+    let bin = build::release_bins(&["leakscope-analyzer"])?;
     let status = std::process::Command::new(bin.join("leakscope"))
         .arg("report")
         .args(args)

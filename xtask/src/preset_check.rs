@@ -39,7 +39,7 @@ pub struct PresetCheckArgs {
 }
 
 pub fn run(args: &PresetCheckArgs) -> Result<()> {
-    let probe = crate::build_probe()?;
+    let probe = crate::build::probe()?;
     if !args.tokio.is_empty() {
         check_tokio(&probe, &args.tokio, args.write_doc)?;
     }

@@ -5,12 +5,11 @@
 //! probe's memory must stay flat while the server's grows with every leaked
 //! session. Writes `docs/soak.md`, `docs/images/soak.svg` and `bench/soak.json`.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use leakscope_fixtures::process::FixtureProcess;
+use leakscope_fixtures::process::{FixtureProcess, ProbeProcess};
 use serde_json::{Value, json};
 
 use crate::shell::{target_dir, workspace_root};
@@ -42,8 +41,8 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     if args.minutes == 0 || args.rate <= 0.0 || args.every == 0 {
         bail!("--minutes, --rate and --every must be positive");
     }
-    let probe = crate::build_probe()?;
-    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
+    let probe = crate::build::probe()?;
+    let bin = crate::build::release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
     let dir = target_dir().join("soak");
     std::fs::create_dir_all(&dir)?;
     let recording = dir.join("soak.lsrec");
@@ -57,21 +56,15 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         &server_bin,
         &["--composition", "leaky", "--keep-alive", "5s"],
     )?;
-    let mut probe_child = crate::shell::privileged(&probe)
-        .args(["attach", "--pid", &server.pid().to_string(), "--out"])
-        .arg(&recording)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start leakscope-probe")?;
-    let mut line = String::new();
-    BufReader::new(probe_child.stdout.take().expect("piped")).read_line(&mut line)?;
-    if !line.starts_with("attached:") {
-        let _ = probe_child.kill();
-        bail!("the probe did not attach (it needs root): {}", line.trim());
-    }
+    let probe_child = ProbeProcess::start(
+        crate::shell::privileged(&probe),
+        server.pid(),
+        &recording,
+        &[],
+        Stdio::null(),
+    )?;
     // Under sudo the child is sudo; the probe is its child.
-    let probe_pid = probe_pid(probe_child.id());
+    let probe_pid = probe_pid(probe_child.pid());
     let count = (args.minutes as f64 * 60.0 * args.rate).round() as u64;
     let mut churn = Command::new(bin.join("churn"))
         .args(["--url", &server.mcp_url, "--count", &count.to_string()])
@@ -113,9 +106,8 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_secs(args.every));
     }
-    // SAFETY: plain kill(2) on our own child: SIGINT makes the probe finish its recording.
-    unsafe { crate::demo::libc_kill(probe_child.id() as i32, 2) };
-    probe_child.wait()?;
+    // SIGINT makes the probe finish its recording.
+    probe_child.signal_and_wait(2)?;
     let status = Command::new(bin.join("leakscope"))
         .arg("report")
         .arg(&recording)

@@ -97,8 +97,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         vec![1_000_000, 10_000_000, 50_000_000]
     };
-    let probe = crate::build_probe()?;
-    let bin = crate::build_release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
+    let probe = crate::build::probe()?;
+    let bin = crate::build::release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
     let inproc_target = target_dir().join("bench-inproc");
     let (inproc_alloc_bench, inproc_server) =
         if wanted(Section::InProcess) || wanted(Section::Server) {

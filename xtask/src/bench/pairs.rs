@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use leakscope_fixtures::process::ProbeProcess;
+
 use crate::shell::workspace_root;
 
 /// What runs the pairs program.
@@ -334,7 +336,7 @@ pub(super) fn perf_event_fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-pub(super) fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<Child> {
+pub(super) fn attach(probe: &Path, pid: u32, out: &Path, bare: bool) -> Result<ProbeProcess> {
     attach_with(probe, pid, out, if bare { &["--bare"] } else { &[] }, false)
 }
 
@@ -345,32 +347,18 @@ pub(super) fn attach_with(
     out: &Path,
     extra: &[&str],
     stderr: bool,
-) -> Result<Child> {
-    let mut command = crate::shell::privileged(probe);
-    command
-        .args(["attach", "--pid", &pid.to_string(), "--out"])
-        .arg(out)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(if stderr {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let mut child = command.spawn()?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-    if !line.starts_with("attached:") {
-        let _ = child.kill();
-        bail!("the probe did not attach (is this root?): {line:?}");
-    }
-    Ok(child)
+) -> Result<ProbeProcess> {
+    let stderr = if stderr {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
+    ProbeProcess::start(crate::shell::privileged(probe), pid, out, extra, stderr)
 }
 
-pub(super) fn stop(mut probe: Child) -> Result<()> {
-    // SAFETY: plain kill(2) on our own child; SIGINT makes the probe detach and finish.
-    unsafe { crate::demo::libc_kill(probe.id() as i32, 2) };
-    probe.wait()?;
+pub(super) fn stop(probe: ProbeProcess) -> Result<()> {
+    // SIGINT makes the probe detach and finish.
+    probe.signal_and_wait(2)?;
     Ok(())
 }
 
@@ -391,7 +379,7 @@ pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<ProgramStat>> {
     let program = Waiting::start(env, n).map_err(anyhow::Error::msg)?;
     let out = env.recording("pairs-stats");
     let mut probe = attach_with(&env.probe, program.pid(), &out, &["--bpf-stats"], true)?;
-    let stderr = probe.stderr.take().expect("piped");
+    let stderr = probe.take_stderr().expect("piped");
     program.go().map_err(anyhow::Error::msg)?;
     // The pairs program has exited: the probe detaches by itself.
     probe.wait()?;

@@ -156,7 +156,7 @@ pub(super) fn server_programs(env: &ServerEnv) -> Result<Value> {
         let used = cpu_seconds(server.pid) - before;
         let sessions = report["created"].as_f64().unwrap_or(0.0).max(1.0);
         if let Some(mut child) = probe.take() {
-            let stderr = child.stderr.take().expect("piped");
+            let stderr = child.take_stderr().expect("piped");
             stop(child)?;
             if key == "leakscope" {
                 for stat in parse_bpf_stats(stderr)? {
@@ -222,7 +222,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
     // The tool's own processes, whose CPU is the tool's: the probe, bcc's
     // python, heaptrack's interpreter and compressor (the script's other children).
     let tool_root = match (&watcher, tool) {
-        (Watcher::Probe(child), _) => Some(child.id()),
+        (Watcher::Probe(child), _) => Some(child.pid()),
         (Watcher::Bcc(bcc), _) => Some(bcc.pid()),
         (_, ServerTool::Heaptrack) => Some(server.child.id()),
         _ => None,
@@ -266,7 +266,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
 
 enum Watcher {
     None,
-    Probe(Child),
+    Probe(leakscope_fixtures::process::ProbeProcess),
     Bcc(BccMemleak),
 }
 
