@@ -7,7 +7,9 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::recorder::{RawKind, quietly, record_scope, record_session_created, record_session_id};
+use super::recorder::{
+    RawKind, quietly, record_scope, record_session_created, record_session_id, record_task_spawned,
+};
 
 /// Per-span state kept in the registry's extensions.
 ///
@@ -22,7 +24,19 @@ struct SessionSpan {
     named: bool,
 }
 
-/// Records entering and leaving session spans; see the crate docs.
+/// Marks a tokio task's span (`runtime.spawn`, target `tokio::task`): tokio
+/// makes one per task only in builds with `--cfg tokio_unstable` and its
+/// `tracing` feature, enters it around each poll and closes it when the task
+/// ends.
+struct TaskSpan;
+
+/// Whether a span is tokio's span of a task.
+fn is_task_span(metadata: &tracing::Metadata<'_>) -> bool {
+    metadata.name() == "runtime.spawn" && metadata.target() == "tokio::task"
+}
+
+/// Records entering and leaving session spans, and tokio's task spans; see
+/// the crate docs.
 ///
 /// Which spans mark session work, which field holds the session id, and which
 /// span's close is the worker's end come from a preset's `[[span]]` entries
@@ -103,6 +117,16 @@ impl Visit for IdVisitor<'_> {
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if is_task_span(attrs.metadata()) {
+            quietly(|| {
+                if let Some(span) = ctx.span(id) {
+                    span.extensions_mut().insert(TaskSpan);
+                }
+            });
+            // Made inside `tokio::spawn`: the stack names the spawner.
+            record_task_spawned(id.into_u64());
+            return;
+        }
         let Some(field) = self.id_field(attrs.metadata().name()) else {
             return;
         };
@@ -150,6 +174,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
             return;
         };
         let mut extensions = span.extensions_mut();
+        if extensions.get_mut::<TaskSpan>().is_some() {
+            record_scope(RawKind::TaskPoll, id.into_u64());
+            return;
+        }
         let Some(state) = extensions.get_mut::<SessionSpan>() else {
             return;
         };
@@ -168,9 +196,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id)
-            && span.extensions().get::<SessionSpan>().is_some()
-        {
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let extensions = span.extensions();
+        if extensions.get::<TaskSpan>().is_some() {
+            record_scope(RawKind::TaskPollEnd, id.into_u64());
+        } else if extensions.get::<SessionSpan>().is_some() {
             record_scope(RawKind::SpanExit, id.into_u64());
         }
     }
@@ -197,9 +229,12 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(&id)
-            && self.rule(span.name()).is_some_and(|r| r.worker)
-        {
+        let Some(span) = ctx.span(&id) else {
+            return;
+        };
+        if span.extensions().get::<TaskSpan>().is_some() {
+            record_scope(RawKind::TaskEnded, id.into_u64());
+        } else if self.rule(span.name()).is_some_and(|r| r.worker) {
             record_scope(RawKind::WorkerEnd, id.into_u64());
         }
     }

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use leakscope_recording::target::Target;
 use leakscope_recording::{
     AllocLayer, EndReason, FramePointers, Header, LostReason, Phase, Producer, Record,
-    RecordingWriter, ScopeKind, SessionFact, Settings, monotonic_ns,
+    RecordingWriter, ScopeKind, SessionFact, Settings, TaskEvent, monotonic_ns,
 };
 
 use super::stack::{DEPTH, walk};
@@ -37,6 +37,12 @@ pub(crate) enum RawKind {
     SessionCreated,
     /// `addr` is the monotonic time an application trace counts from.
     TraceOrigin,
+    /// A tokio task's span (`runtime.spawn`) was made (with the spawner's
+    /// stack), entered, exited or closed; `addr` is its key.
+    TaskSpawned,
+    TaskPoll,
+    TaskPollEnd,
+    TaskEnded,
 }
 
 #[derive(Clone, Copy)]
@@ -190,6 +196,12 @@ pub(crate) fn now_ns() -> u64 {
 /// Called by the session layer.
 pub(crate) fn record_scope(kind: RawKind, key: u64) {
     guarded(|shared| push(shared, event(kind, key, 0, 0, false)));
+}
+
+/// Called by the session layer: a tokio task was spawned here (its span `key`
+/// was just made); the stack says by whom.
+pub(crate) fn record_task_spawned(key: u64) {
+    guarded(|shared| push(shared, event(RawKind::TaskSpawned, key, 0, 0, true)));
 }
 
 /// Called by the session layer: the session id of the innermost open span on this thread.
@@ -499,6 +511,28 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std
             arg: raw.addr,
         },
         RawKind::TraceOrigin => Record::TraceOrigin { ts: raw.addr },
+        RawKind::TaskSpawned | RawKind::TaskEnded => Record::Task {
+            ts,
+            tid,
+            id: raw.addr,
+            event: if raw.kind == RawKind::TaskSpawned {
+                TaskEvent::Spawned
+            } else {
+                TaskEvent::Ended
+            },
+            stack: writer.stack(frames)?,
+        },
+        RawKind::TaskPoll | RawKind::TaskPollEnd => Record::Scope {
+            ts,
+            tid,
+            kind: if raw.kind == RawKind::TaskPoll {
+                ScopeKind::TaskPoll
+            } else {
+                ScopeKind::TaskPollEnd
+            },
+            phase: Phase::Enter,
+            arg: raw.addr,
+        },
         RawKind::SessionId | RawKind::SessionCreated => {
             let facts = shared.facts.lock().unwrap_or_else(|e| e.into_inner());
             let id = facts.get(raw.addr as usize).cloned().unwrap_or_default();

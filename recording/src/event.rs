@@ -397,4 +397,25 @@ pub enum Record {
     TraceOrigin {
         ts: u64,
     },
+    /// In-process mode: a tokio task was spawned on `tid` (`stack`: where) or
+    /// ended, as tokio's `runtime.spawn` span shows it (a build with
+    /// `--cfg tokio_unstable` and tokio's `tracing` feature). `id` is the
+    /// span's key; the task's polls are `task-poll` / `task-poll-end` scopes
+    /// with the same `arg`. (The eBPF probe needs none: a task's cell block
+    /// tells its birth and end.)
+    Task {
+        ts: u64,
+        tid: u32,
+        id: u64,
+        event: TaskEvent,
+        stack: Option<StackId>,
+    },
+}
+
+/// What a [`Record::Task`] says of its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskEvent {
+    Spawned,
+    Ended,
 }

@@ -32,7 +32,7 @@ mod writer;
 pub use demangle::demangle;
 pub use event::{
     AllocLayer, ClockOrigin, EndReason, Header, Identity, LostReason, Mapping, Phase, Producer,
-    Record, ScopeFunction, ScopeKind, SessionFact, Settings, StackId, monotonic_ns,
+    Record, ScopeFunction, ScopeKind, SessionFact, Settings, StackId, TaskEvent, monotonic_ns,
 };
 pub use frame_pointers::FramePointers;
 pub use reader::{ReadError, RecordingReader, Tail};
@@ -52,8 +52,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 4: records frames are zstd-compressed (the header frame is not).
 /// * 5: [`Header::frame_pointers`]; `AllocLayer::RustShimsAndLibc`. Versions
 ///   2 to 4 read as is, with frame pointers unknown.
-/// * 6: scope kinds `task-poll` and `task-poll-end` (tokio's task polls).
-///   Version 5 reads as is.
+/// * 6: scope kinds `task-poll` and `task-poll-end` (tokio's task polls) and
+///   `Record::Task` (appended; in-process task spawns and ends). Version 5
+///   reads as is.
 pub const FORMAT_VERSION: u32 = 6;
 
 /// The oldest format version this reader still reads.

@@ -173,6 +173,25 @@ impl Builder {
             }
             Record::Session { .. } => {}
             Record::TraceOrigin { ts } => self.trace_origin_ns = Some(ts),
+            Record::Task {
+                ts,
+                tid,
+                id,
+                event,
+                stack,
+            } => {
+                self.clock(ts);
+                match event {
+                    leakscope_recording::TaskEvent::Spawned => {
+                        let session = self.sessions.current(tid);
+                        self.tasks
+                            .spawned((ts, self.books.allocs), tid, id, stack, session);
+                    }
+                    leakscope_recording::TaskEvent::Ended => {
+                        self.tasks.free(ts, id);
+                    }
+                }
+            }
         }
     }
 

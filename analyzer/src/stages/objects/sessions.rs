@@ -213,6 +213,21 @@ impl SessionTracker {
         self.after_birth.clear();
     }
 
+    /// The session whose window is open on `tid` now (a birth window, a
+    /// worker poll or a session span), if any: the owner of a task spawned there.
+    pub fn current(&self, tid: u32) -> Option<SessionKey> {
+        self.birth_window
+            .get(&tid)
+            .copied()
+            .or_else(|| {
+                self.polls
+                    .get(&tid)
+                    .and_then(|p| p.last())
+                    .and_then(|p| p.1)
+            })
+            .map(|s| self.resolve(s))
+    }
+
     /// The block at `addr` was freed: it can no longer contain anything.
     pub fn free(&mut self, addr: u64) {
         self.birth_blocks.remove(&addr);

@@ -160,6 +160,33 @@ impl TaskTracker {
         key
     }
 
+    /// In-process mode: task `id` (its span's key) was spawned on `tid` at
+    /// `ts` (the activity clock at `seq`), from `stack`, with the session
+    /// whose window is open on `tid` (else its parent's).
+    pub fn spawned(
+        &mut self,
+        (ts, seq): (u64, u64),
+        tid: u32,
+        id: u64,
+        stack: Option<StackId>,
+        session: Option<SessionKey>,
+    ) {
+        let parent = self.polling(tid);
+        let session = session.or_else(|| parent.and_then(|p| self.lives[p as usize].session));
+        self.lives.push(TaskLife {
+            header: id,
+            born_ns: Some(ts),
+            born_seq: seq,
+            cell_stack: stack,
+            parent,
+            session,
+            first_poll_ns: ts,
+            last_poll_ns: ts,
+            ..Default::default()
+        });
+        self.by_header.insert(id, self.lives.len() as TaskKey - 1);
+    }
+
     /// The poll on `tid` ended (the future returned, or the task completed).
     pub fn poll_end(&mut self, tid: u32) {
         self.polling.remove(&tid);
@@ -200,6 +227,10 @@ impl TaskTracker {
     }
 }
 
+/// Crates whose frames are on a spawn's path, not its cause: tokio's spawn,
+/// and `tracing`'s, whose span the in-process mode sees a spawn from.
+const SPAWN_PATH: &[&str] = &["tokio", "tracing", "tracing_core", "tracing_subscriber"];
+
 /// The function that spawned a task, from its cell's stack (innermost first):
 /// the program's own frame past tokio's spawn path, the allocator and the
 /// standard library; `None` when the stack has no such frame (a build without
@@ -209,9 +240,12 @@ pub fn spawn_site(frames: Vec<crate::stages::symbolize::Frame>) -> Option<String
         .iter()
         .map(|f| f.function.as_str())
         .filter(|name| {
-            !name.starts_with("tokio::")
-                && !name.starts_with("<tokio::")
-                && !name.starts_with("0x")
+            !SPAWN_PATH.iter().any(|p| {
+                name.strip_prefix('<')
+                    .unwrap_or(name)
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with("::"))
+            }) && !name.starts_with("0x")
                 && !crate::stages::stacks::is_allocator_frame(name)
                 && !crate::stages::names::is_library_frame(name)
         })
