@@ -42,6 +42,7 @@ use leakscope_recording::RecordingReader;
 
 use crate::outputs::OutputDir;
 use crate::stages::accounting::SAMPLE_INTERVAL_NS;
+pub use leakscope_recording::output::Owner;
 
 /// Progress is reported every this many records.
 const PROGRESS_EVERY_RECORDS: u64 = 65_536;
@@ -57,8 +58,10 @@ pub struct ReportOptions {
     pub grace_ns: u64,
     /// An application trace (`tracing-chrome` JSON) to merge into `trace.json`.
     pub app_trace: Option<PathBuf>,
-    /// Take the machine's paths and hostnames out of every output ([`redact`]).
+    /// Take the machine's paths and hostnames out of every output (`--redact`).
     pub redact: bool,
+    /// Who the outputs are handed to (the user who ran sudo), if not the runner.
+    pub owner: Option<Owner>,
 }
 
 /// How far reading a recording has got.
@@ -144,7 +147,7 @@ pub fn report_with_progress(
         on_progress,
     )?;
     let summary = summarize(&timeline);
-    let out = OutputDir::create(&options.out_dir, options.redact)?;
+    let out = OutputDir::create(&options.out_dir, options.redact, options.owner)?;
     let warnings = outputs::write_report(&out, &summary, &timeline, options.app_trace.as_deref())?;
     Ok(Report { summary, warnings })
 }
@@ -196,7 +199,7 @@ pub fn diff_recordings(
         (&before.display().to_string(), &old_summary, &old),
         (&after.display().to_string(), &new_summary, &new),
     );
-    let out = OutputDir::create(&options.out_dir, options.redact)?;
+    let out = OutputDir::create(&options.out_dir, options.redact, options.owner)?;
     outputs::write_diff(&out, &diff, &old, &new)?;
     let warnings = warnings.into_iter().map(|w| out.redacted(w)).collect();
     Ok(DiffReport { diff, warnings })
@@ -209,10 +212,11 @@ pub fn pprof_with_progress(
     rules_file: Option<&Path>,
     grace_ns: u64,
     out: &Path,
+    owner: Option<Owner>,
     on_progress: impl FnMut(Progress),
 ) -> Result<Vec<String>> {
     let timeline = analyze_with_progress(recording, rules(rules_file)?, grace_ns, on_progress)?;
-    outputs::write_file(out, &outputs::pprof::of_timeline(&timeline, None)?)?;
+    outputs::write_file(out, &outputs::pprof::of_timeline(&timeline, None)?, owner)?;
     Ok(timeline.warnings)
 }
 
@@ -235,6 +239,7 @@ mod tests {
                 grace_ns: 1_000_000_000,
                 app_trace: None,
                 redact: true,
+                owner: None,
             },
         )
         .unwrap();
@@ -282,6 +287,7 @@ mod tests {
                 grace_ns: 1_000_000_000,
                 app_trace: None,
                 redact: false,
+                owner: None,
             },
         )
         .unwrap()

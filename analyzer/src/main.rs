@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use leakscope_analyzer::{ReportOptions, report_with_progress};
+use leakscope_analyzer::{Owner, ReportOptions, report_with_progress};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -117,6 +117,7 @@ fn run(cli: Cli) -> Result<()> {
                 grace_ns: grace.as_nanos() as u64,
                 app_trace,
                 redact,
+                owner: Owner::invoking_user(),
             };
             let outcome =
                 with_progress(|progress| report_with_progress(&recording, &options, progress))?;
@@ -157,6 +158,7 @@ fn run(cli: Cli) -> Result<()> {
                 grace_ns: grace.as_nanos() as u64,
                 app_trace: None,
                 redact,
+                owner: Owner::invoking_user(),
             };
             let outcome = with_progress(|progress| {
                 leakscope_analyzer::diff_recordings(&before, &after, &options, progress)
@@ -180,6 +182,7 @@ fn run(cli: Cli) -> Result<()> {
                     rules.as_deref(),
                     grace.as_nanos() as u64,
                     &out,
+                    Owner::invoking_user(),
                     progress,
                 )
             })?;

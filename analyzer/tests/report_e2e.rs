@@ -313,6 +313,24 @@ fn bad_input_gets_one_clear_line() {
         truncation.len() == 1 && truncation[0].contains("readable prefix"),
         "{err}"
     );
+    // An output directory that is a symbolic link is never written through.
+    let elsewhere = scratch("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let link = scratch("report-link");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leakscope"))
+        .arg("report")
+        .arg(&truncated)
+        .arg("--out")
+        .arg(&link)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
 
 /// More bad input, each one clear line and a non-zero exit (or, for damage

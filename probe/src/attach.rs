@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use leakscope_probe_ebpf::{LOST_REASONS, LostReason, MAX_STACK_DEPTH, program};
 use leakscope_recording::frame_pointers::{self, FramePointers};
+use leakscope_recording::output::{self, Existing, Owner};
 use leakscope_recording::preset::Preset;
 use leakscope_recording::target::{Target, cpu_ticks, exe_identity, is_alive};
 use leakscope_recording::{
@@ -44,6 +45,10 @@ const DRAIN_BATCH: usize = 1 << 16;
 pub struct AttachOptions {
     pub pid: u32,
     pub out: PathBuf,
+    /// Whether an existing `out` may be replaced (never through a symbolic link).
+    pub existing: Existing,
+    /// Who the recording is handed to (the user who ran sudo), if not the runner.
+    pub owner: Option<Owner>,
     pub duration: Option<Duration>,
     pub preset: Preset,
     pub ring_buffer_bytes: u32,
@@ -53,6 +58,18 @@ pub struct AttachOptions {
     /// each program's runs and mean time in the outcome: what the probe's own
     /// code costs the target per call.
     pub bpf_stats: bool,
+}
+
+/// Removes a recording that never started: an error before every probe was
+/// in place leaves no file behind (the probe created it first).
+struct Unstarted<'a>(Option<&'a std::path::Path>);
+
+impl Drop for Unstarted<'_> {
+    fn drop(&mut self) {
+        if let Some(path) = self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// One eBPF program's runs while attached (with [`AttachOptions::bpf_stats`]).
@@ -95,6 +112,10 @@ pub async fn attach(
     mut on_event: impl FnMut(AttachEvent<'_>),
 ) -> Result<AttachOutcome> {
     check_privileges()?;
+    // First: a bad --out (a symbolic link, an existing file) costs no attach.
+    let file = output::create_file(&options.out, options.existing, options.owner)
+        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    let mut unstarted = Unstarted(Some(&options.out));
     let target = Target::inspect(options.pid)?;
     let exe = ElfSymbols::load(&target.host_path(&target.exe))
         .with_context(|| format!("cannot read the executable of pid {}", target.pid))?;
@@ -168,8 +189,8 @@ pub async fn attach(
             frame_pointers::FIX
         )));
     }
-    let writer = RecordingWriter::create(&options.out, &header)
-        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    let writer = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file), &header)
+        .with_context(|| format!("cannot write {}", options.out.display()))?;
     let mut capture = Capture::new(writer);
     capture.set_frame_pointers(header.frame_pointers);
     for mapping in &target.mappings {
@@ -188,7 +209,10 @@ pub async fn attach(
         None
     };
     let mut loaded = match load_and_attach(&plan, target.pid, options.ring_buffer_bytes) {
-        Ok(loaded) => loaded,
+        Ok(loaded) => {
+            unstarted.0 = None;
+            loaded
+        }
         Err(e) => {
             // Nothing was recorded: leave no half recording behind.
             drop(capture);

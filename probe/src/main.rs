@@ -13,6 +13,7 @@ use leakscope_probe::capture::Stats;
 use leakscope_probe::plan::{missing_scopes, scope_matches};
 use leakscope_probe::symbols::ElfSymbols;
 use leakscope_recording::ScopeKind;
+use leakscope_recording::output::{Existing, Owner};
 use leakscope_recording::preset::Preset;
 
 #[derive(Debug, Parser)]
@@ -36,8 +37,13 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
         /// The recording to write (must end in .lsrec). Default: leakscope-PID.lsrec.
+        /// Created mode 0600 (owned by the user who ran sudo, when run through it);
+        /// never written through a symbolic link; an existing file needs --force.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Replace an existing --out (a regular file; a symbolic link is still refused).
+        #[arg(long)]
+        force: bool,
         /// A preset file naming the lifecycle functions (default: the built-in rmcp preset).
         #[arg(long)]
         preset: Option<PathBuf>,
@@ -88,6 +94,7 @@ async fn run(cli: Cli) -> Result<()> {
             pid,
             duration,
             out,
+            force,
             preset,
             ring_buffer_mib,
             bare,
@@ -111,6 +118,12 @@ async fn run(cli: Cli) -> Result<()> {
                 AttachOptions {
                     pid,
                     out: out.clone(),
+                    existing: if force {
+                        Existing::Replace
+                    } else {
+                        Existing::Refuse
+                    },
+                    owner: Owner::invoking_user(),
                     duration,
                     preset,
                     ring_buffer_bytes: ring_buffer_mib << 20,

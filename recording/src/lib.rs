@@ -24,6 +24,7 @@ mod demangle;
 mod event;
 pub mod frame_pointers;
 mod legacy;
+pub mod output;
 pub mod preset;
 mod reader;
 pub mod target;

@@ -59,7 +59,8 @@ pub fn record_churn(
         crate::shell::privileged(probe),
         server.pid(),
         out,
-        &[],
+        // The demo's recording from an earlier run is replaced.
+        &["--force"],
         Stdio::inherit(),
     )?;
     println!("{}", probe.attached);

@@ -60,7 +60,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         crate::shell::privileged(&probe),
         server.pid(),
         &recording,
-        &[],
+        &["--force"],
         Stdio::null(),
     )?;
     // Under sudo the child is sudo; the probe is its child.

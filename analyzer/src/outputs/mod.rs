@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use leakscope_recording::output::{self, Existing, Owner};
 
 use crate::stages::timeline::Timeline;
 
@@ -23,16 +24,21 @@ pub mod verdict;
 pub struct OutputDir {
     dir: PathBuf,
     redactor: Option<redact::Redactor>,
+    owner: Option<Owner>,
 }
 
 impl OutputDir {
-    /// Creates `dir` (and its parents) if needed; `redact`: take this
-    /// machine's paths and hostnames out of every text written.
-    pub fn create(dir: &Path, redact: bool) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    /// Creates `dir` (and its parents, mode 0700) if needed, never through a
+    /// symbolic link; `redact`: take this machine's paths and hostnames out
+    /// of every text written; `owner`: who the directory and files are
+    /// handed to (the user who ran sudo).
+    pub fn create(dir: &Path, redact: bool, owner: Option<Owner>) -> Result<Self> {
+        output::create_dir(dir, owner)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Self {
             dir: dir.to_owned(),
             redactor: redact.then(redact::Redactor::new),
+            owner,
         })
     }
 
@@ -50,13 +56,17 @@ impl OutputDir {
 
     /// Writes a text output (redacted when asked).
     pub fn text(&self, name: &str, text: String) -> Result<()> {
-        write_file(&self.dir.join(name), self.redacted(text).as_bytes())
+        write_file(
+            &self.dir.join(name),
+            self.redacted(text).as_bytes(),
+            self.owner,
+        )
     }
 
     /// Writes a binary output (a PNG, a gzipped profile already redacted by
     /// its renderer), as is.
     pub fn bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        write_file(&self.dir.join(name), bytes)
+        write_file(&self.dir.join(name), bytes, self.owner)
     }
 
     /// Writes charts as `NAME.svg` and `NAME.png`.
@@ -69,9 +79,13 @@ impl OutputDir {
     }
 }
 
-/// Writes `bytes` to `path`, naming it in the error.
-pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+/// Writes `bytes` to `path` (replacing a regular file there, never writing
+/// through a symbolic link; mode 0600, handed to `owner`), naming it in the error.
+pub fn write_file(path: &Path, bytes: &[u8], owner: Option<Owner>) -> Result<()> {
+    use std::io::Write as _;
+    output::create_file(path, Existing::Replace, owner)
+        .and_then(|mut file| file.write_all(bytes))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Every output of `leakscope report` for `timeline` (summarized as

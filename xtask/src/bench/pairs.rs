@@ -353,7 +353,9 @@ pub(super) fn attach_with(
     } else {
         Stdio::null()
     };
-    ProbeProcess::start(crate::shell::privileged(probe), pid, out, extra, stderr)
+    // The bench's recordings from an earlier run are replaced.
+    let extra: Vec<&str> = ["--force"].iter().chain(extra).copied().collect();
+    ProbeProcess::start(crate::shell::privileged(probe), pid, out, &extra, stderr)
 }
 
 pub(super) fn stop(probe: ProbeProcess) -> Result<()> {

@@ -1,0 +1,208 @@
+//! Files written for a user, created the way a root tool must: the probe runs
+//! as root (and `leakscope report` may), so a file is never written through a
+//! symbolic link, never replaced unless asked, readable by its owner alone,
+//! and owned by the user who ran the tool through `sudo`.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+/// What to do when the path to create exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Fail ("exists; pass --force to replace it").
+    Refuse,
+    /// Replace it, if it is a regular file (a symbolic link, a FIFO or a
+    /// device is still refused).
+    Replace,
+}
+
+/// A user and group to hand files to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    /// The user who ran this process through `sudo` (`SUDO_UID`, `SUDO_GID`),
+    /// when this process is root; `None` otherwise (files stay the runner's).
+    pub fn invoking_user() -> Option<Self> {
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let id = |name: &str| std::env::var(name).ok()?.parse::<u32>().ok();
+        Some(Self {
+            uid: id("SUDO_UID")?,
+            gid: id("SUDO_GID")?,
+        })
+    }
+}
+
+/// Creates `path` for writing, mode 0600, never through a symbolic link
+/// (`O_NOFOLLOW`) and never blocking on a FIFO (`O_NONBLOCK`); an existing
+/// path is refused or, with [`Existing::Replace`], truncated if it is a
+/// regular file. Handed to `owner` when given. The error names the path and
+/// what is wrong in one line.
+pub fn create_file(path: &Path, existing: Existing, owner: Option<Owner>) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC);
+    match existing {
+        Existing::Refuse => options.create_new(true),
+        // Not O_TRUNC: what is there is checked before it is emptied.
+        Existing::Replace => options.create(true),
+    };
+    let file = options.open(path).map_err(|e| explain(path, e, existing))?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file; leakscope writes only regular files",
+            path.display()
+        )));
+    }
+    file.set_len(0)?;
+    set_blocking(&file)?;
+    if let Some(owner) = owner {
+        std::os::unix::fs::fchown(&file, Some(owner.uid), Some(owner.gid))?;
+    }
+    Ok(file)
+}
+
+/// Creates directory `path` (mode 0700, and its missing parents) unless it
+/// exists; an existing one must be a directory itself, not a symbolic link to
+/// one. A directory it creates is handed to `owner` when given.
+pub fn create_dir(path: &Path, owner: Option<Owner>) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.is_dir() => return Ok(()),
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            return Err(io::Error::other(format!(
+                "{} is a symbolic link; leakscope never writes through one",
+                path.display()
+            )));
+        }
+        Ok(_) => {
+            return Err(io::Error::other(format!(
+                "{} exists and is not a directory",
+                path.display()
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    if let Some(owner) = owner {
+        std::os::unix::fs::lchown(path, Some(owner.uid), Some(owner.gid))?;
+    }
+    Ok(())
+}
+
+fn explain(path: &Path, error: io::Error, existing: Existing) -> io::Error {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    let what = match error.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::EEXIST) if is_link => {
+            "is a symbolic link; leakscope never writes through one".to_owned()
+        }
+        Some(libc::EEXIST) if existing == Existing::Refuse => {
+            "exists; pass --force to replace it".to_owned()
+        }
+        Some(libc::ENXIO) => "is a FIFO with no reader; leakscope writes only regular files".into(),
+        _ => return io::Error::new(error.kind(), format!("{}: {error}", path.display())),
+    };
+    io::Error::new(error.kind(), format!("{} {what}", path.display()))
+}
+
+/// Clears the `O_NONBLOCK` the file was opened with (it only guarded the open).
+fn set_blocking(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function's caller owns.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::*;
+
+    fn scratch(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new().prefix(name).tempdir().unwrap()
+    }
+
+    #[test]
+    fn a_symbolic_link_is_never_written_through() {
+        let dir = scratch("leakscope-output-link");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep me").unwrap();
+        let link = dir.path().join("x.lsrec");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        for existing in [Existing::Refuse, Existing::Replace] {
+            let error = create_file(&link, existing, None).unwrap_err();
+            assert!(error.to_string().contains("symbolic link"), "{error}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        let error = create_dir(&link, None).unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+    }
+
+    #[test]
+    fn an_existing_file_is_replaced_only_when_asked() {
+        let dir = scratch("leakscope-output-existing");
+        let path = dir.path().join("x.lsrec");
+        std::fs::write(&path, "old").unwrap();
+        let error = create_file(&path, Existing::Refuse, None).unwrap_err();
+        assert!(error.to_string().contains("pass --force"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        let mut file = create_file(&path, Existing::Replace, None).unwrap();
+        io::Write::write_all(&mut file, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = scratch("leakscope-output-fifo");
+        let fifo = dir.path().join("x.lsrec");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let error = create_file(&fifo, Existing::Replace, None).unwrap_err();
+        assert!(error.to_string().contains("FIFO"), "{error}");
+    }
+
+    #[test]
+    fn files_are_the_owners_alone_and_handed_to_the_invoking_user() {
+        let dir = scratch("leakscope-output-owner");
+        let path = dir.path().join("x.lsrec");
+        // SAFETY: geteuid(2) has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let owner = root.then_some(Owner {
+            uid: 65534,
+            gid: 65534,
+        });
+        create_file(&path, Existing::Refuse, owner).unwrap();
+        let metadata = std::fs::metadata(&path).unwrap();
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
+        if root {
+            assert_eq!((metadata.uid(), metadata.gid()), (65534, 65534));
+        }
+        let sub = dir.path().join("report");
+        create_dir(&sub, owner).unwrap();
+        let metadata = std::fs::metadata(&sub).unwrap();
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
+        if root {
+            assert_eq!(metadata.uid(), 65534);
+        }
+    }
+}
