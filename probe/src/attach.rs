@@ -112,10 +112,19 @@ pub async fn attach(
     mut on_event: impl FnMut(AttachEvent<'_>),
 ) -> Result<AttachOutcome> {
     check_privileges()?;
+    // Ctrl-C and SIGTERM end the recording cleanly from the start: one that
+    // comes while the probes are being attached (seconds, for many) no longer
+    // kills the probe with a header-only file; the recording stops as soon as
+    // attaching is done, finished like any other.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut stop_signals = StopSignals {
+        interrupt: signal(SignalKind::interrupt())?,
+        terminate: signal(SignalKind::terminate())?,
+    };
     // First: a bad --out (a symbolic link, an existing file) costs no attach.
-    let file = output::create_file(&options.out, options.existing, options.owner)
+    // (It is created, checked again and race-free, just before loading.)
+    output::check_path(&options.out, options.existing)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
-    let mut unstarted = Unstarted(Some(&options.out));
     let target = Target::inspect(options.pid)?;
     let exe = ElfSymbols::load(&target.host_path(&target.exe))
         .with_context(|| format!("cannot read the executable of pid {}", target.pid))?;
@@ -189,6 +198,9 @@ pub async fn attach(
             frame_pointers::FIX
         )));
     }
+    let file = output::create_file(&options.out, options.existing, options.owner)
+        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    let mut unstarted = Unstarted(Some(&options.out));
     let writer = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file), &header)
         .with_context(|| format!("cannot write {}", options.out.display()))?;
     let mut capture = Capture::new(writer);
@@ -225,13 +237,6 @@ pub async fn attach(
             }
             return Err(e);
         }
-    };
-    // Ctrl-C and SIGTERM end the recording cleanly from the moment a script
-    // can know the probe is attached: the handlers exist before it says so.
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut stop_signals = StopSignals {
-        interrupt: signal(SignalKind::interrupt())?,
-        terminate: signal(SignalKind::terminate())?,
     };
     on_event(AttachEvent::Attached {
         pid: target.pid,

@@ -32,7 +32,14 @@ fn dump_of_a_non_recording_says_so() {
 
 #[test]
 fn attach_to_a_missing_pid_is_a_one_line_error() {
-    let (ok, err) = probe(&["attach", "--pid", "999999999", "--out", "/tmp/never.lsrec"]);
+    let out = std::env::temp_dir().join(format!("never-missing-{}.lsrec", std::process::id()));
+    let (ok, err) = probe(&[
+        "attach",
+        "--pid",
+        "999999999",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(!ok);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
@@ -81,7 +88,8 @@ fn a_preset_that_matches_nothing_says_which_scopes() {
 #[test]
 fn attach_to_a_kernel_thread_is_a_one_line_error() {
     // pid 2 is kthreadd on Linux: no executable, no user memory.
-    let (ok, err) = probe(&["attach", "--pid", "2", "--out", "/tmp/never.lsrec"]);
+    let out = std::env::temp_dir().join(format!("never-kthread-{}.lsrec", std::process::id()));
+    let (ok, err) = probe(&["attach", "--pid", "2", "--out", out.to_str().unwrap()]);
     assert!(!ok);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
@@ -180,4 +188,80 @@ fn attach_as_root_without_bpf_capabilities_is_a_one_line_error() {
         "{err}"
     );
     assert!(!std::path::Path::new(out).exists(), "nothing written");
+}
+
+/// `probe ARGS` with `env` set, killed (and failed) if it runs past 10 s: a
+/// FIFO named as a preset must not hang it.
+fn probe_with_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leakscope-probe"))
+        .args(args)
+        // Only the sudo user a test names (not the one running the tests).
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("leakscope-probe {args:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The probe runs as root: a preset is read as the user who ran `sudo` would
+/// read it, so a root-only file is refused and no line of it is printed; a
+/// FIFO is refused at once instead of hanging the probe.
+#[test]
+fn a_preset_is_read_with_the_sudo_users_rights_and_never_from_a_fifo() {
+    let dir = std::env::temp_dir().join(format!("leakscope-cli-preset-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = env!("CARGO_BIN_EXE_leakscope-probe");
+
+    let fifo = dir.join("fifo.toml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let (ok, err) = probe_with_env(
+        &[
+            "preset-check",
+            "--exe",
+            exe,
+            "--preset",
+            fifo.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!ok && err.contains("not a regular file"), "{err}");
+
+    if is_root() {
+        let secret = dir.join("shadow");
+        std::fs::write(&secret, "root:$6$the-secret-hash:19000:0:99999:7:::\n").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let args = [
+            "preset-check",
+            "--exe",
+            exe,
+            "--preset",
+            secret.to_str().unwrap(),
+        ];
+        let (ok, err) = probe_with_env(&args, &[("SUDO_UID", "65534"), ("SUDO_GID", "65534")]);
+        assert!(!ok, "{err}");
+        assert!(!err.contains("the-secret-hash"), "{err}");
+        assert!(err.to_lowercase().contains("permission denied"), "{err}");
+        // Root itself (no sudo user) reads it, and it is simply not a preset.
+        let (ok, err) = probe_with_env(&args, &[]);
+        assert!(!ok && err.contains("is not a valid preset"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
 //! Files written for a user, created the way a root tool must: the probe runs
 //! as root (and `leakscope report` may), so a file is never written through a
 //! symbolic link, never replaced unless asked, readable by its owner alone,
-//! and owned by the user who ran the tool through `sudo`.
+//! and owned by the user who ran the tool through `sudo`. A file the user
+//! names for the tool to read (a preset) is read with that user's rights.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -73,6 +74,29 @@ pub fn create_file(path: &Path, existing: Existing, owner: Option<Owner>) -> io:
     Ok(file)
 }
 
+/// What [`create_file`] would refuse about `path` now, without creating it:
+/// for a tool to say so before any costly work (`create_file` checks again,
+/// race-free).
+pub fn check_path(path: &Path, existing: Existing) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+        Ok(metadata) if metadata.file_type().is_symlink() => Err(io::Error::other(format!(
+            "{} is a symbolic link; leakscope never writes through one",
+            path.display()
+        ))),
+        Ok(_) if existing == Existing::Refuse => Err(io::Error::other(format!(
+            "{} exists; pass --force to replace it",
+            path.display()
+        ))),
+        Ok(metadata) if !metadata.is_file() => Err(io::Error::other(format!(
+            "{} is not a regular file; leakscope writes only regular files",
+            path.display()
+        ))),
+        Ok(_) => Ok(()),
+    }
+}
+
 /// Creates directory `path` (mode 0700, and its missing parents) unless it
 /// exists; an existing one must be a directory itself, not a symbolic link to
 /// one. A directory it creates is handed to `owner` when given.
@@ -102,6 +126,72 @@ pub fn create_dir(path: &Path, owner: Option<Owner>) -> io::Result<()> {
         std::os::unix::fs::lchown(path, Some(owner.uid), Some(owner.gid))?;
     }
     Ok(())
+}
+
+/// Reads the text file `path` (at most `max_bytes`) as the user who ran this
+/// process through `sudo` would (see [`Owner::invoking_user`]): it is opened
+/// with that user's filesystem identity (`setfsuid`/`setfsgid`, this thread
+/// only), and a file that only root's groups could read is refused. It must
+/// be a regular file; opening never blocks (a FIFO fails).
+pub fn read_as_invoking_user(path: &Path, max_bytes: u64) -> io::Result<String> {
+    let user = Owner::invoking_user();
+    let file = {
+        let _as_user = user.map(FsIdentity::become_user);
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)?
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if let Some(user) = user {
+        use std::os::unix::fs::MetadataExt;
+        let mode = metadata.mode();
+        let readable = (metadata.uid() == user.uid && mode & 0o400 != 0)
+            || (metadata.gid() == user.gid && mode & 0o040 != 0)
+            || mode & 0o004 != 0;
+        if !readable {
+            return Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        }
+    }
+    if metadata.len() > max_bytes {
+        return Err(io::Error::other(format!(
+            "{} bytes, more than the {max_bytes} a preset may have",
+            metadata.len()
+        )));
+    }
+    let mut text = String::new();
+    io::Read::read_to_string(&mut io::Read::take(file, max_bytes), &mut text)
+        .map_err(|_| io::Error::other("not a text file"))?;
+    Ok(text)
+}
+
+/// This thread's filesystem identity switched to a user's until dropped.
+struct FsIdentity;
+
+impl FsIdentity {
+    fn become_user(user: Owner) -> Self {
+        // SAFETY: setfsgid/setfsuid change this thread's filesystem ids only;
+        // the previous ones (root's) are restored on drop. The group first:
+        // once the uid is not 0, the gid could no longer be changed.
+        unsafe {
+            libc::setfsgid(user.gid);
+            libc::setfsuid(user.uid);
+        }
+        FsIdentity
+    }
+}
+
+impl Drop for FsIdentity {
+    fn drop(&mut self) {
+        // SAFETY: back to root's filesystem ids (this process's euid/egid).
+        unsafe {
+            libc::setfsuid(libc::geteuid());
+            libc::setfsgid(libc::getegid());
+        }
+    }
 }
 
 fn explain(path: &Path, error: io::Error, existing: Existing) -> io::Error {

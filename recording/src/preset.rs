@@ -16,6 +16,9 @@ use crate::ScopeKind;
 /// The built-in rmcp preset.
 pub const RMCP: &str = include_str!("../presets/rmcp.toml");
 
+/// A preset file larger than this is not a preset.
+pub const MAX_PRESET_BYTES: u64 = 1 << 20;
+
 /// The built-in tokio signals (task polls), added to whichever preset runs.
 pub const TOKIO: &str = include_str!("../presets/tokio.toml");
 
@@ -135,8 +138,13 @@ impl Preset {
         Self::parse(TOKIO).expect("the built-in tokio preset parses")
     }
 
+    /// Reads a preset the user named. The probe runs as root, so the file is
+    /// read as the user who ran `sudo` would read it (an error quotes the
+    /// offending line: it must not be one of `/etc/shadow`'s), must be a
+    /// regular file (a FIFO would hang the probe) and at most
+    /// [`MAX_PRESET_BYTES`].
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::output::read_as_invoking_user(path, MAX_PRESET_BYTES)
             .with_context(|| format!("cannot read preset {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("{} is not a valid preset", path.display()))
     }
