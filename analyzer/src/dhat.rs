@@ -136,7 +136,7 @@ mod tests {
             "ftbl":["[root]","0x1: tokio::sync::mpsc::bounded::channel (b.rs:1:1)",
                     "0x2: rmcp::transport::streamable_http_server::session::local::create_local_session_with_event_store (l.rs:1:1)",
                     "0x3: main (m.rs:1:1)"]}"#;
-        let path = std::env::temp_dir().join(format!("dhat-{}.json", std::process::id()));
+        let path = leakscope_fixtures::testkit::scratch("dhat.json");
         std::fs::write(&path, json).unwrap();
         let attribution = attribute_profile(&path, &Rules::builtin()).unwrap();
         assert_eq!(attribution.t_end_bytes, 12640);

@@ -229,8 +229,7 @@ mod tests {
     fn redacted_reports_name_no_path() {
         let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fixtures/recordings/leaky-5-sessions.lsrec");
-        let out_dir =
-            std::env::temp_dir().join(format!("leakscope-redacted-{}", std::process::id()));
+        let out_dir = leakscope_fixtures::testkit::scratch("leakscope-redacted");
         report(
             &recording,
             &ReportOptions {
@@ -277,8 +276,7 @@ mod tests {
     fn report_writes_every_output() {
         let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fixtures/recordings/leaky-5-sessions.lsrec");
-        let out_dir =
-            std::env::temp_dir().join(format!("leakscope-report-unit-{}", std::process::id()));
+        let out_dir = leakscope_fixtures::testkit::scratch("leakscope-report-unit");
         let summary = report(
             &recording,
             &ReportOptions {

@@ -23,7 +23,7 @@ use leakscope_recording::{
 };
 
 use crate::capture::{Capture, Stats};
-use crate::loader::{Loaded, load_and_attach};
+use crate::loader::{self, Loaded};
 use crate::plan::{bare, make_plan};
 use crate::symbols::ElfSymbols;
 use crate::trampoline;
@@ -126,7 +126,7 @@ pub async fn attach(
     output::check_path(&options.out, options.existing)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
     let target = Target::inspect(options.pid)?;
-    let exe = ElfSymbols::load(&target.host_path(&target.exe))
+    let exe = ElfSymbols::of_target(&target, &target.exe)
         .with_context(|| format!("cannot read the executable of pid {}", target.pid))?;
     let mut plan = make_plan(&target, &exe, &options.preset)?;
     if options.bare {
@@ -220,10 +220,38 @@ pub async fn attach(
     } else {
         None
     };
-    let mut loaded = match load_and_attach(&plan, target.pid, options.ring_buffer_bytes) {
-        Ok(loaded) => {
+    let mut loaded = match loader::load(&plan, options.ring_buffer_bytes) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            drop(capture);
+            let _ = std::fs::remove_file(&options.out);
+            return Err(e);
+        }
+    };
+    // The first probes fire while the others are still being attached
+    // (seconds, for many): the ring buffer is drained meanwhile, or a busy
+    // target fills it and its events are lost.
+    let mut trampoline = Trampoline::new(options.pid);
+    let attached = {
+        let Loaded {
+            ebpf,
+            events,
+            trampoline: published,
+            ..
+        } = &mut loaded;
+        let plan = &plan;
+        while_draining(
+            events,
+            published,
+            &mut capture,
+            &mut trampoline,
+            move || loader::attach(ebpf, plan, target.pid),
+        )
+    };
+    let attached = match attached.and_then(|attached| attached) {
+        Ok(attached) => {
             unstarted.0 = None;
-            loaded
+            attached
         }
         Err(e) => {
             // Nothing was recorded: leave no half recording behind.
@@ -240,7 +268,7 @@ pub async fn attach(
     };
     on_event(AttachEvent::Attached {
         pid: target.pid,
-        probes: loaded.attached,
+        probes: attached.links.len(),
     });
 
     // One tally of the kernel's drop counters for the whole run: the final read
@@ -257,6 +285,7 @@ pub async fn attach(
     let end = record_until_stopped(
         &mut loaded,
         &mut capture,
+        &mut trampoline,
         &mut stop_signals,
         &options,
         &plan.allocator_functions,
@@ -289,21 +318,29 @@ pub async fn attach(
     // while the last ones go is kept, but the time they take to go is not
     // the target's (an idle session is not idle longer for it). The kernel
     // waits for a grace period at every uprobe it removes, ~100 ms each here
-    // whether one thread or many drop them, so detaching 21 probes takes ~2 s.
+    // whether one thread or many drop them, so detaching 21 probes takes ~2 s:
+    // the ring buffer is drained all that time.
     let detached_at = monotonic_ns();
     let Loaded {
         ebpf,
         mut events,
         lost,
-        ..
+        trampoline: mut published,
     } = loaded;
-    drop(ebpf);
     let finish = || -> Result<Stats> {
+        while_draining(
+            &mut events,
+            &mut published,
+            &mut capture,
+            &mut trampoline,
+            move || loader::detach(attached),
+        )?;
+        drop(ebpf);
         while let Some(item) = events.next() {
             capture.handle(&item)?;
         }
         write_lost(&lost, &mut lost_seen, &mut capture)?;
-        capture.finish_calls_in_progress(monotonic_ns());
+        capture.finish(monotonic_ns())?;
         let stats = capture.stats;
         capture.writer.finish(Record::End {
             ts: detached_at,
@@ -319,15 +356,86 @@ pub async fn attach(
     })
 }
 
+/// Whether the target's uretprobe trampoline has been found and told to the
+/// programs (see [`crate::trampoline`]).
+struct Trampoline {
+    pid: u32,
+    known: bool,
+}
+
+impl Trampoline {
+    fn new(pid: u32) -> Self {
+        Self { pid, known: false }
+    }
+}
+
+/// Takes up to [`DRAIN_BATCH`] records from the ring buffer into the recording.
+fn drain_once<W: Write>(
+    events: &mut aya::maps::RingBuf<aya::maps::MapData>,
+    published: &mut aya::maps::Array<aya::maps::MapData, u64>,
+    capture: &mut Capture<W>,
+    trampoline: &mut Trampoline,
+) -> Result<()> {
+    for _ in 0..DRAIN_BATCH {
+        let Some(item) = events.next() else { break };
+        capture.handle(&item)?;
+    }
+    // A probe has fired once events arrive, so the kernel has mapped the
+    // trampoline by then.
+    if !trampoline.known
+        && capture.stats.events > 0
+        && let Some(region) = trampoline::find(trampoline.pid)
+    {
+        // Capture learns it first: the records the programs send once they
+        // know it come after this point in the ring.
+        capture.set_trampoline(region.clone());
+        trampoline::publish(published, &region)?;
+        trampoline.known = true;
+    }
+    Ok(())
+}
+
+/// Runs `work` (attaching or detaching probes) on a thread of its own while
+/// this one drains the ring buffer; returns what `work` returned. A write
+/// error while draining is returned once `work` is done (it is never left
+/// half done).
+fn while_draining<W: Write, T: Send>(
+    events: &mut aya::maps::RingBuf<aya::maps::MapData>,
+    published: &mut aya::maps::Array<aya::maps::MapData, u64>,
+    capture: &mut Capture<W>,
+    trampoline: &mut Trampoline,
+    work: impl FnOnce() -> T + Send,
+) -> Result<T> {
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(work);
+        let mut drained = Ok(());
+        while !worker.is_finished() {
+            if drained.is_ok() {
+                drained = drain_once(events, published, capture, trampoline);
+            }
+            std::thread::sleep(DRAIN_EVERY / 4);
+        }
+        let value = worker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        drained?;
+        drain_once(events, published, capture, trampoline)?;
+        Ok(value)
+    })
+}
+
 /// The signals that end a recording.
 struct StopSignals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
 }
 
+// The run's state, each piece owned by `attach` and lent here for the loop.
+#[allow(clippy::too_many_arguments)]
 async fn record_until_stopped<W: Write>(
     loaded: &mut Loaded,
     capture: &mut Capture<W>,
+    trampoline: &mut Trampoline,
     signals: &mut StopSignals,
     options: &AttachOptions,
     allocator: &[String],
@@ -343,7 +451,6 @@ async fn record_until_stopped<W: Write>(
         .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400));
     let mut last = (Instant::now(), 0u64);
     let program = exe_identity(options.pid);
-    let mut trampoline_known = false;
     let attached_at = (Instant::now(), cpu_ticks(options.pid));
     let mut silence_checked = options.bare;
     loop {
@@ -352,21 +459,7 @@ async fn record_until_stopped<W: Write>(
             _ = signals.terminate.recv() => return Ok(EndReason::Interrupted),
             _ = tokio::time::sleep_until(deadline) => return Ok(EndReason::Duration),
             _ = drain.tick() => {
-                for _ in 0..DRAIN_BATCH {
-                    let Some(item) = loaded.events.next() else { break };
-                    capture.handle(&item)?;
-                }
-                // A probe has fired once events arrive, so the kernel has
-                // mapped the trampoline by then.
-                if !trampoline_known && capture.stats.events > 0
-                    && let Some(region) = trampoline::find(options.pid)
-                {
-                    // Capture learns it first: the records the programs send
-                    // once they know it come after this point in the ring.
-                    capture.set_trampoline(region.clone());
-                    trampoline::publish(&mut loaded.trampoline, &region)?;
-                    trampoline_known = true;
-                }
+                drain_once(&mut loaded.events, &mut loaded.trampoline, capture, trampoline)?;
             }
             _ = flush.tick() => capture.writer.flush()?,
             _ = slow.tick() => {

@@ -243,11 +243,22 @@ impl<W: Write> Capture<W> {
     }
 
     /// The end of the recording: calls still in progress (the probes were
-    /// detached inside them, or their returns were dropped) are lost allocations.
-    pub fn finish_calls_in_progress(&mut self, ts: u64) {
+    /// detached inside them, or their returns were dropped) are lost
+    /// allocations, and records that did not decode are lost events, written
+    /// as such so the report counts them too.
+    pub fn finish(&mut self, ts: u64) -> io::Result<()> {
         let left = self.in_progress.values().map(|c| c.len() as u64).sum();
         self.in_progress.clear();
         self.lost_returns(ts, left);
+        if self.stats.malformed > 0 {
+            self.stats.lost += self.stats.malformed;
+            self.writer.push(Record::Lost {
+                ts,
+                reason: leakscope_recording::LostReason::Malformed,
+                count: self.stats.malformed,
+            })?;
+        }
+        Ok(())
     }
 
     /// A return: pairs it with its entry and records the block if the call was
@@ -826,6 +837,26 @@ mod tests {
         }
     }
 
+    /// A record that does not decode used to be counted in a figure nobody
+    /// printed: it is a lost event, written as one at the end.
+    #[test]
+    fn records_that_do_not_decode_are_lost_events_in_the_recording() {
+        let mut c = capture();
+        c.handle(&[1, 2, 3]).unwrap();
+        let mut bogus = bytes_of(&header(RecordKind::AllocExit, 1, 5));
+        bogus.truncate(bogus.len() - 1);
+        c.handle(&bogus).unwrap();
+        c.finish(9).unwrap();
+        assert_eq!((c.stats.malformed, c.stats.lost), (2, 2));
+        let lost: Vec<(leakscope_recording::LostReason, u64)> = written(c)
+            .filter_map(|r| match r {
+                Record::Lost { reason, count, .. } => Some((reason, count)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lost, [(leakscope_recording::LostReason::Malformed, 2)]);
+    }
+
     #[test]
     fn a_call_whose_return_was_dropped_is_lost_and_does_not_hide_later_ones() {
         let mut c = capture();
@@ -858,7 +889,7 @@ mod tests {
         assert_eq!(c.stats.lost, 2);
         // Detached inside a call: lost too.
         enter(&mut c, 1, 1000, AllocCall::Malloc, 64, 0);
-        c.finish_calls_in_progress(u64::MAX);
+        c.finish(u64::MAX).unwrap();
         assert_eq!(c.stats.lost, 3);
         let lost: u64 = {
             let bytes = c

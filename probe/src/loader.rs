@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use anyhow::{Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::UProbe;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::{Ebpf, EbpfLoader};
 
 use crate::EBPF_OBJECT;
@@ -18,15 +18,21 @@ use crate::plan::Plan;
 /// same library, for any process, makes this attach fail until it detaches.
 const CONFLICT_HINT: &str = " (if the error is \"Invalid argument\": another tool's uprobe on the same function, e.g. bcc memleak, can cause it; see dmesg)";
 
-/// The loaded programs (attached while this lives) and the maps userspace reads.
+/// The loaded programs and the maps userspace reads. The maps are taken out
+/// before any probe is attached, so the ring buffer can be drained while the
+/// probes are attached and detached (seconds, for many).
 pub struct Loaded {
-    /// Dropping it detaches every probe.
     pub ebpf: Ebpf,
     pub events: RingBuf<MapData>,
     pub lost: PerCpuArray<MapData, u64>,
     /// Where the target's uretprobe trampoline is (see [`crate::trampoline`]).
     pub trampoline: Array<MapData, u64>,
-    pub attached: usize,
+}
+
+/// The probes in place, in the order they were attached: dropping one
+/// detaches it, so [`detach`] drops them in the reverse order.
+pub struct Attached {
+    pub links: Vec<UProbeLink>,
 }
 
 /// The kernel's "Unknown error 524" (ENOTSUPP) from attaching: it cannot
@@ -47,59 +53,26 @@ fn refused_instruction(error: &aya::programs::ProgramError) -> bool {
     false
 }
 
-/// Loads the object with a ring buffer of `ring_bytes` and attaches every probe of
-/// `plan`, scoped to `pid` (the kernel only plants breakpoints in that process).
-pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded> {
+/// Loads the object with a ring buffer of `ring_bytes` and loads (verifies)
+/// every program `plan` uses; nothing is attached yet.
+pub fn load(plan: &Plan, ring_bytes: u32) -> Result<Loaded> {
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", ring_bytes)
         .load(EBPF_OBJECT)
         .context(
             "the kernel refused to load the eBPF programs although this process holds the capabilities (kernel lockdown, a security module or a seccomp filter can forbid BPF)",
         )?;
-    let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
     let mut loaded_programs = HashSet::new();
-    let mut attached = 0;
     for probe in &plan.probes {
-        let program: &mut UProbe = ebpf
-            .program_mut(probe.program)
-            .with_context(|| format!("the eBPF object has no program {}", probe.program))?
-            .try_into()?;
         if loaded_programs.insert(probe.program) {
+            let program: &mut UProbe = ebpf
+                .program_mut(probe.program)
+                .with_context(|| format!("the eBPF object has no program {}", probe.program))?
+                .try_into()?;
             program
                 .load()
                 .with_context(|| format!("the kernel refused to load {}", probe.program))?;
         }
-        // The planned place first; where the kernel cannot probe that
-        // instruction (ENOTSUPP), the later places that still see the arguments.
-        let mut offsets =
-            std::iter::once(probe.file_offset).chain(probe.fallback_offsets.iter().copied());
-        let mut offset = offsets.next().expect("one offset at least");
-        loop {
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(offset),
-                cookie: probe.cookie,
-            };
-            match program.attach(point, &probe.path, scope) {
-                Ok(_) => break,
-                Err(e)
-                    if refused_instruction(&e)
-                        && let Some(next) = offsets.next() =>
-                {
-                    offset = next;
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context(format!(
-                        "cannot attach {} to {} ({}+{:#x}){}",
-                        probe.program,
-                        probe.function,
-                        probe.path.display(),
-                        offset,
-                        CONFLICT_HINT
-                    )));
-                }
-            }
-        }
-        attached += 1;
     }
     let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
     let lost = PerCpuArray::try_from(ebpf.take_map("LOST").context("no LOST map")?)?;
@@ -112,6 +85,57 @@ pub fn load_and_attach(plan: &Plan, pid: u32, ring_bytes: u32) -> Result<Loaded>
         events,
         lost,
         trampoline,
-        attached,
     })
+}
+
+/// Attaches every probe of `plan` in its order (frees, returns, entries: see
+/// `plan::order_for_attach`), scoped to `pid`: the kernel only plants
+/// breakpoints in that process. On an error the probes attached so far are
+/// detached.
+pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pid: u32) -> Result<Attached> {
+    let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
+    let mut attached = Attached { links: Vec::new() };
+    for probe in &plan.probes {
+        let program: &mut UProbe = ebpf
+            .program_mut(probe.program)
+            .with_context(|| format!("the eBPF object has no program {}", probe.program))?
+            .try_into()?;
+        // The planned place first; where the kernel cannot probe that
+        // instruction (ENOTSUPP), the later places that still see the arguments.
+        let mut offsets =
+            std::iter::once(probe.file_offset).chain(probe.fallback_offsets.iter().copied());
+        let mut offset = offsets.next().expect("one offset at least");
+        let link = loop {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: probe.cookie,
+            };
+            match program.attach(point, &probe.path, scope) {
+                Ok(link) => break link,
+                Err(e)
+                    if refused_instruction(&e)
+                        && let Some(next) = offsets.next() =>
+                {
+                    offset = next;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "cannot attach {} to {} ({}+{:#x}){}",
+                        probe.program, probe.function, probe.file_name, offset, CONFLICT_HINT
+                    )));
+                }
+            }
+        };
+        attached.links.push(program.take_link(link)?);
+    }
+    Ok(attached)
+}
+
+/// Detaches every probe, the last attached first. The
+/// kernel waits for a grace period at each (~100 ms), so this takes seconds
+/// for many probes: callers drain the ring buffer meanwhile.
+pub fn detach(attached: Attached) {
+    for link in attached.links.into_iter().rev() {
+        drop(link);
+    }
 }

@@ -157,6 +157,12 @@ async fn run(cli: Cli) -> Result<()> {
                 out.display(),
                 outcome.end.describe()
             );
+            if stats.malformed > 0 {
+                eprintln!(
+                    "leakscope-probe: {} records from the kernel could not be decoded and count as lost (is the eBPF object from another build of the probe?)",
+                    stats.malformed
+                );
+            }
             if stats.trampolines_unresolved > 0 {
                 eprintln!(
                     "leakscope-probe: {} stacks end at a uretprobe trampoline whose call's entry was not seen (a dropped record, or another tool's uretprobe on the target)",

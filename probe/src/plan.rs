@@ -35,12 +35,18 @@ use crate::attach_offset::{entry_probe_offset, later_entry_offsets};
 use crate::symbols::{ElfSymbols, Function};
 
 /// One uprobe or uretprobe to attach.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Probe {
     /// Name of the eBPF program (one of `leakscope_probe_ebpf::program`).
     pub program: &'static str,
-    /// The file to attach to (openable from here).
+    /// The file to attach to: a path that names exactly the file planned on
+    /// (`/proc/PID/map_files/...`, or `/proc/self/fd/N` while `file` is open).
     pub path: PathBuf,
+    /// The file as the target names it, for messages.
+    pub file_name: String,
+    /// Keeps the file open while the probe may be attached, so `path` keeps
+    /// naming it.
+    pub file: Option<std::sync::Arc<leakscope_recording::target::TargetFile>>,
     /// File offset of the probed instruction.
     pub file_offset: u64,
     /// For scope probes: the uprobe cookie ([`scope_cookie`]: the
@@ -282,7 +288,7 @@ fn malloc_replacement(target: &Target) -> Option<(String, ElfSymbols)> {
             continue;
         }
         seen.push(path);
-        let Ok(symbols) = ElfSymbols::load(&target.host_path(path)) else {
+        let Ok(symbols) = ElfSymbols::of_target(target, path) else {
             continue;
         };
         if symbols.named("malloc").is_some() && symbols.named("free").is_some() {
@@ -322,7 +328,7 @@ fn malloc_layer(target: &Target, exe: &ElfSymbols) -> Result<Option<MallocLayer>
     match libc {
         Some(libc) => Ok(Some(MallocLayer {
             reason: format!("malloc is {libc}'s"),
-            symbols: Some(ElfSymbols::load(&target.host_path(libc))?),
+            symbols: Some(ElfSymbols::of_target(target, libc)?),
         })),
         None => Ok(None),
     }
@@ -357,24 +363,20 @@ fn allocator_probes(
         } else {
             0
         };
-        let mut entry = probe(enter, &symbols.path, function, entry_offset, None);
+        let mut entry = probe(enter, symbols, function, entry_offset, None);
         if exit.is_empty() {
             entry.fallback_offsets = later_offsets(symbols, function, entry_offset);
         }
         probes.push(entry);
         if !exit.is_empty() {
-            probes.push(probe(exit, &symbols.path, function, 0, None));
+            probes.push(probe(exit, symbols, function, 0, None));
         }
         has.0 |= exit == program::MALLOC_EXIT;
         has.1 |= exit.is_empty();
         names.push(format!(
             "{} ({})",
             function.name,
-            symbols
-                .path
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
+            symbols.name.rsplit('/').next().unwrap_or(&symbols.name)
         ));
     }
     if !(has.0 && has.1) {
@@ -385,7 +387,7 @@ fn allocator_probes(
             } else {
                 "malloc and free"
             },
-            symbols.path.display()
+            symbols.name
         );
     }
     Ok(())
@@ -409,7 +411,6 @@ pub fn bare(mut plan: Plan) -> Plan {
 }
 
 pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<Plan> {
-    let exe_path = target.host_path(&target.exe);
     let rust = rust_allocator(exe);
     let malloc = malloc_layer(target, exe)?;
     let mut probes = Vec::new();
@@ -478,8 +479,6 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             target.pid
         ),
     };
-    order_for_attach(&mut probes);
-
     let mut scopes = Vec::new();
     let mut scope_functions = Vec::new();
     let mut matches = scope_matches(exe, preset);
@@ -501,19 +500,13 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             } else {
                 entry_probe_offset(exe.code(function, 64), false)
             };
-            let mut entry = probe(
-                program::SCOPE_ENTER,
-                &exe_path,
-                function,
-                entry_offset,
-                cookie,
-            );
+            let mut entry = probe(program::SCOPE_ENTER, exe, function, entry_offset, cookie);
             if !found.returns {
                 entry.fallback_offsets = later_offsets(exe, function, entry_offset);
             }
             probes.push(entry);
             if found.returns {
-                probes.push(probe(program::SCOPE_EXIT, &exe_path, function, 0, cookie));
+                probes.push(probe(program::SCOPE_EXIT, exe, function, 0, cookie));
             }
             scopes.push(format!("{}: {}", found.kind.name(), function.name));
             scope_functions.push(ScopeFunction {
@@ -525,6 +518,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             });
         }
     }
+    order_for_attach(&mut probes);
     Ok(Plan {
         layer,
         layer_reason,
@@ -536,13 +530,24 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
     })
 }
 
-/// Frees first: attaching takes a while, and a block allocated under an
-/// allocation probe but freed before `free` was probed would stay live forever
-/// (a false leak). The other way round, a free of a block allocated before
-/// attach is simply unknown, which the analyzer ignores.
+/// The order probes are attached in (and detached in, the other way round),
+/// so that a recording's edges make neither false leaks nor false losses.
+/// Frees first: a block allocated under an allocation probe but freed before
+/// `free` was probed would stay live forever (a false leak), while a free of a
+/// block allocated before attach is simply unknown, which the analyzer
+/// ignores. Returns next: a return whose entry was not seen is ignored, but an
+/// entry whose return probe was not yet in place would count as an allocation
+/// lost. Entries last. Detaching in reverse, the entries go first, so a call in
+/// progress still returns through its probe, and frees last.
 fn order_for_attach(probes: &mut [Probe]) {
     probes.sort_by_key(|p| {
-        p.program != program::FREE_ENTER && p.program != program::RUST_DEALLOC_ENTER
+        if p.program == program::FREE_ENTER || p.program == program::RUST_DEALLOC_ENTER {
+            0
+        } else if p.program.ends_with(program::EXIT_SUFFIX) {
+            1
+        } else {
+            2
+        }
     });
 }
 
@@ -605,14 +610,16 @@ fn later_offsets(symbols: &ElfSymbols, function: &Function, from: u64) -> Vec<u6
 
 fn probe(
     program: &'static str,
-    path: &std::path::Path,
+    symbols: &ElfSymbols,
     function: &Function,
     offset: u64,
     cookie: Option<u64>,
 ) -> Probe {
     Probe {
         program,
-        path: path.to_owned(),
+        path: symbols.path.clone(),
+        file_name: symbols.name.clone(),
+        file: symbols.file.clone(),
         file_offset: function.file_offset + offset,
         cookie,
         function: function.name.clone(),
@@ -640,10 +647,12 @@ mod tests {
     }
 
     #[test]
-    fn free_is_attached_before_any_allocation_probe() {
+    fn frees_then_returns_then_entries_are_attached() {
         let at = |program| Probe {
             program,
             path: PathBuf::from("/lib/libc.so.6"),
+            file_name: "/lib/libc.so.6".into(),
+            file: None,
             file_offset: 0,
             cookie: None,
             function: String::new(),
@@ -651,16 +660,25 @@ mod tests {
         };
         let mut probes = vec![
             at(program::MALLOC_ENTER),
+            at(program::SCOPE_EXIT),
             at(program::MALLOC_EXIT),
             at(program::FREE_ENTER),
             at(program::REALLOC_ENTER),
+            at(program::SCOPE_ENTER),
         ];
         order_for_attach(&mut probes);
-        assert_eq!(probes[0].program, program::FREE_ENTER);
+        let order: Vec<&str> = probes.iter().map(|p| p.program).collect();
         assert_eq!(
-            probes[1].program,
-            program::MALLOC_ENTER,
-            "the rest keep their order"
+            order,
+            [
+                program::FREE_ENTER,
+                program::SCOPE_EXIT,
+                program::MALLOC_EXIT,
+                program::MALLOC_ENTER,
+                program::REALLOC_ENTER,
+                program::SCOPE_ENTER
+            ],
+            "each kind keeps its order"
         );
     }
 }

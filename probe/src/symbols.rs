@@ -6,10 +6,11 @@
 //! presets match against. Also used to name return addresses in tests.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use leakscope_recording::demangle;
-use leakscope_recording::target::hex;
+use leakscope_recording::target::{Target, TargetFile, hex, open_regular};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use wildmatch::WildMatch;
 
@@ -32,18 +33,52 @@ struct Segment {
 }
 
 pub struct ElfSymbols {
+    /// The path a probe attaches to: it names exactly the file read here
+    /// while [`file`](Self::file) is open.
     pub path: PathBuf,
+    /// The file as its user names it (the target's path, or the one given),
+    /// for messages.
+    pub name: String,
+    /// The target's file, when it is one ([`ElfSymbols::of_target`]): kept
+    /// open by every probe planned on it, since its path may be
+    /// `/proc/self/fd/N`.
+    pub file: Option<Arc<TargetFile>>,
     pub build_id: Option<String>,
-    data: Vec<u8>,
+    data: memmap2::Mmap,
     /// Sorted by `vaddr`, one entry per address.
     functions: Vec<Function>,
     segments: Vec<Segment>,
 }
 
 impl ElfSymbols {
+    /// The ELF file at `path`, named by the user (`preset-check --exe`, tests).
     pub fn load(path: &Path) -> Result<Self> {
-        let data =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let file =
+            open_regular(path, None).with_context(|| format!("cannot read {}", path.display()))?;
+        // SAFETY: read-only private mapping (see `TargetFile::map`).
+        let data = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("cannot map {}", path.display()))?;
+        Self::parse(data, path.to_owned(), path.display().to_string(), None)
+    }
+
+    /// The file the target maps at `path` (its executable or a library),
+    /// opened and mapped without trusting a name the target controls (see
+    /// [`TargetFile`]).
+    pub fn of_target(target: &Target, path: &str) -> Result<Self> {
+        let file = target.open(path)?;
+        let data = file.map()?;
+        let attach_path = file.path().to_owned();
+        Self::parse(data, attach_path, path.to_owned(), Some(Arc::new(file)))
+            .with_context(|| format!("{path} of pid {}", target.pid))
+    }
+
+    fn parse(
+        data: memmap2::Mmap,
+        path: PathBuf,
+        name: String,
+        opened: Option<Arc<TargetFile>>,
+    ) -> Result<Self> {
+        let path = &path;
         let file = object::File::parse(&*data)
             .with_context(|| format!("{} is not an ELF file", path.display()))?;
         let segments: Vec<Segment> = file
@@ -79,6 +114,8 @@ impl ElfSymbols {
         drop(file);
         Ok(Self {
             path: path.to_owned(),
+            name,
+            file: opened,
             build_id,
             data,
             functions,

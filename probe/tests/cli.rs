@@ -2,6 +2,20 @@
 
 use std::process::Command;
 
+/// `name` in this test process's own scratch directory, made fresh (0700) on
+/// first use: never a path someone else could have made first.
+fn scratch(name: &str) -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("leakscope-cli-")
+            .tempdir()
+            .unwrap()
+            .keep()
+    })
+    .join(name)
+}
+
 fn probe(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_leakscope-probe"))
         .args(args)
@@ -23,7 +37,7 @@ fn dump_of_a_missing_file_is_a_one_line_error() {
 
 #[test]
 fn dump_of_a_non_recording_says_so() {
-    let path = std::env::temp_dir().join(format!("not-a-recording-{}.lsrec", std::process::id()));
+    let path = scratch("not-a-recording.lsrec");
     std::fs::write(&path, b"certainly not a recording").unwrap();
     let (ok, err) = probe(&["dump", path.to_str().unwrap()]);
     assert!(!ok);
@@ -32,7 +46,7 @@ fn dump_of_a_non_recording_says_so() {
 
 #[test]
 fn attach_to_a_missing_pid_is_a_one_line_error() {
-    let out = std::env::temp_dir().join(format!("never-missing-{}.lsrec", std::process::id()));
+    let out = scratch("never-missing.lsrec");
     let (ok, err) = probe(&[
         "attach",
         "--pid",
@@ -57,7 +71,7 @@ fn attach_refuses_an_output_that_is_not_lsrec() {
 
 #[test]
 fn a_preset_with_a_syntax_error_is_one_line_naming_the_place() {
-    let path = std::env::temp_dir().join(format!("bad-preset-{}.toml", std::process::id()));
+    let path = scratch("bad-preset.toml");
     std::fs::write(&path, "name = \"x\"\n[[scope]\nkind = 1\n").unwrap();
     let exe = std::env::current_exe().unwrap();
     let (ok, err) = probe(&[
@@ -88,7 +102,7 @@ fn a_preset_that_matches_nothing_says_which_scopes() {
 #[test]
 fn attach_to_a_kernel_thread_is_a_one_line_error() {
     // pid 2 is kthreadd on Linux: no executable, no user memory.
-    let out = std::env::temp_dir().join(format!("never-kthread-{}.lsrec", std::process::id()));
+    let out = scratch("never-kthread.lsrec");
     let (ok, err) = probe(&["attach", "--pid", "2", "--out", out.to_str().unwrap()]);
     assert!(!ok);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -142,7 +156,7 @@ fn attach_args(out: &str) -> Vec<String> {
 
 #[test]
 fn attach_as_a_user_is_a_one_line_error() {
-    let out = std::env::temp_dir().join(format!("as-user-{}.lsrec", std::process::id()));
+    let out = scratch("as-user.lsrec");
     let out = out.to_str().unwrap();
     let args = attach_args(out);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -173,7 +187,7 @@ fn attach_as_root_without_bpf_capabilities_is_a_one_line_error() {
         eprintln!("skipping attach_as_root_without_bpf_capabilities_is_a_one_line_error: {why}");
         return;
     }
-    let out = std::env::temp_dir().join(format!("root-no-bpf-{}.lsrec", std::process::id()));
+    let out = scratch("root-no-bpf.lsrec");
     let out = out.to_str().unwrap();
     let args = attach_args(out);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -223,8 +237,15 @@ fn probe_with_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
 /// FIFO is refused at once instead of hanging the probe.
 #[test]
 fn a_preset_is_read_with_the_sudo_users_rights_and_never_from_a_fifo() {
-    let dir = std::env::temp_dir().join(format!("leakscope-cli-preset-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("preset");
+    std::fs::create_dir(&dir).unwrap();
+    // Open to every user, so the file's own mode is what refuses the sudo user.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        dir.parent().unwrap(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
     let exe = env!("CARGO_BIN_EXE_leakscope-probe");
 
     let fifo = dir.join("fifo.toml");

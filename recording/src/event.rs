@@ -302,6 +302,9 @@ pub enum LostReason {
     Stack,
     /// The in-process recorder's buffers were full.
     BufferFull,
+    /// A record the kernel sent that could not be decoded (a probe and an
+    /// eBPF object of different builds; should never happen).
+    Malformed,
 }
 
 /// Why the recording ended.

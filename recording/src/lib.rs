@@ -36,7 +36,7 @@ pub use event::{
     Record, ScopeFunction, ScopeKind, SessionFact, Settings, StackId, TaskEvent, monotonic_ns,
 };
 pub use frame_pointers::FramePointers;
-pub use reader::{ReadError, RecordingReader, Tail};
+pub use reader::{ReadError, RecordingReader, Tail, decode_budget};
 pub use writer::RecordingWriter;
 
 /// First bytes of every recording.
@@ -56,7 +56,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 6: scope kinds `task-poll` and `task-poll-end` (tokio's task polls) and
 ///   `Record::Task` (appended; in-process task spawns and ends). Version 5
 ///   reads as is.
-pub const FORMAT_VERSION: u32 = 6;
+/// * 7: `LostReason::Malformed` (appended: records the kernel sent that did
+///   not decode). Version 6 reads as is.
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -56,6 +56,22 @@ pub struct RecordingReader<R: Read = BufReader<File>> {
 struct Unzip {
     context: Option<zstd::bulk::Decompressor<'static>>,
     plain: Vec<u8>,
+    /// Bytes decompressed so far, across every frame (see [`decode_budget`]).
+    decoded: u64,
+}
+
+/// What a whole file may decompress to, given the `read` bytes of it so far:
+/// each frame is capped at [`MAX_FRAME_BYTES`], but a crafted file of ~100 KB
+/// could hold many frames that each expand 64 MiB, and cost many GB. Real
+/// recordings expand far less: 1.2x to 5.3x for every recording the test
+/// suite leaves behind (the demo's 2.9x, the overload test's 5.3x, 10 k
+/// pairs/s of one size pattern 5.1x; `cargo run -p leakscope-recording
+/// --example expansion -- FILES` prints it), so 64x leaves a wide margin. The
+/// floor lets any small file through whole.
+pub fn decode_budget(read: u64) -> u64 {
+    const FLOOR: u64 = 256 << 20;
+    const RATIO: u64 = 64;
+    FLOOR.saturating_add(read.saturating_mul(RATIO))
 }
 
 impl RecordingReader<BufReader<File>> {
@@ -145,6 +161,11 @@ impl<R: Read> RecordingReader<R> {
         self.tail.as_ref()
     }
 
+    /// Bytes the frames read so far decompressed to.
+    pub fn decoded_bytes(&self) -> u64 {
+        self.unzip.decoded
+    }
+
     /// Bytes consumed so far (for progress bars).
     pub fn offset(&self) -> u64 {
         self.offset
@@ -167,7 +188,12 @@ impl<R: Read> RecordingReader<R> {
             Err(e) => Frame::Torn(e.to_string()),
         };
         match frame {
-            Frame::Payload(bytes) => match decode_records(&bytes, self.version, &mut self.unzip) {
+            Frame::Payload(bytes) => match decode_records(
+                &bytes,
+                self.version,
+                &mut self.unzip,
+                decode_budget(self.offset),
+            ) {
                 Ok(records) => {
                     self.batch = records.into_iter();
                     true
@@ -211,7 +237,12 @@ impl<R: Read> Iterator for RecordingReader<R> {
 }
 
 /// A records frame of a recording of format `version`, as today's [`Record`]s.
-fn decode_records(bytes: &[u8], version: u32, unzip: &mut Unzip) -> Result<Vec<Record>, String> {
+fn decode_records(
+    bytes: &[u8],
+    version: u32,
+    unzip: &mut Unzip,
+    budget: u64,
+) -> Result<Vec<Record>, String> {
     if version == 1 {
         let records: Vec<RecordV1> = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
         return Ok(records.into_iter().map(Record::from).collect());
@@ -219,12 +250,24 @@ fn decode_records(bytes: &[u8], version: u32, unzip: &mut Unzip) -> Result<Vec<R
     if version < 4 {
         return postcard::from_bytes(bytes).map_err(|e| e.to_string());
     }
-    // Bounded: a crafted frame cannot expand past what a writer ever makes.
+    // Bounded: a crafted frame cannot expand past what a writer ever makes,
+    // nor the whole file past its budget.
+    let left = budget.saturating_sub(unzip.decoded);
+    let over_budget = || {
+        format!(
+            "the frames expand past {} MiB, more than a real recording of this size ever does (a crafted file?)",
+            budget >> 20
+        )
+    };
     // The writer's frames say how big they expand: decompress in one call.
     if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(bytes) {
         if size > u64::from(MAX_FRAME_BYTES) {
             return Err(format!("a frame expands past {MAX_FRAME_BYTES} bytes"));
         }
+        if size > left {
+            return Err(over_budget());
+        }
+        unzip.decoded += size;
         let context = match &mut unzip.context {
             Some(context) => context,
             empty => {
@@ -239,16 +282,18 @@ fn decode_records(bytes: &[u8], version: u32, unzip: &mut Unzip) -> Result<Vec<R
         return postcard::from_bytes(&unzip.plain).map_err(|e| e.to_string());
     }
     let mut plain = Vec::new();
+    let cap = u64::from(MAX_FRAME_BYTES).min(left);
     zstd::stream::read::Decoder::with_buffer(bytes)
-        .and_then(|decoder| {
-            decoder
-                .take(u64::from(MAX_FRAME_BYTES) + 1)
-                .read_to_end(&mut plain)
-        })
+        .and_then(|decoder| decoder.take(cap + 1).read_to_end(&mut plain))
         .map_err(|e| format!("zstd: {e}"))?;
-    if plain.len() > MAX_FRAME_BYTES as usize {
-        return Err(format!("a frame expands past {MAX_FRAME_BYTES} bytes"));
+    if plain.len() as u64 > cap {
+        return Err(if cap < u64::from(MAX_FRAME_BYTES) {
+            over_budget()
+        } else {
+            format!("a frame expands past {MAX_FRAME_BYTES} bytes")
+        });
     }
+    unzip.decoded += plain.len() as u64;
     postcard::from_bytes(&plain).map_err(|e| e.to_string())
 }
 

@@ -345,3 +345,39 @@ fn reads_the_checked_in_sample_recordings() {
         assert_eq!(reader.tail(), Some(&Tail::Clean), "{name}");
     }
 }
+
+/// A crafted file of ~100 KB whose frames each expand to 64 MiB used to cost
+/// many GB to read: the whole file now has one decoding budget, and what is
+/// past it is a torn tail saying why.
+#[test]
+fn a_file_that_expands_past_its_budget_stops_there() {
+    let frame = |payload: &[u8], bytes: &mut Vec<u8>| {
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        bytes.extend_from_slice(payload);
+    };
+    let mut bytes = write(&[], 1);
+    // `write` ends with the writer's end record; keep the header frame only.
+    let header_end = RecordingReader::new(&bytes[..], Path::new("x.lsrec"))
+        .unwrap()
+        .offset() as usize;
+    bytes.truncate(header_end);
+    // Zeros decode as an empty list of records: every frame is valid.
+    let bomb = zstd::bulk::compress(&vec![0u8; MAX_FRAME_BYTES as usize], 19).unwrap();
+    let frames = 100_000 / bomb.len();
+    for _ in 0..frames {
+        frame(&bomb, &mut bytes);
+    }
+    assert!(bytes.len() < 200_000, "{} bytes", bytes.len());
+    let mut reader = RecordingReader::new(&bytes[..], Path::new("bomb.lsrec")).unwrap();
+    assert_eq!(reader.by_ref().count(), 0);
+    match reader.tail() {
+        Some(Tail::Torn { reason, .. }) => assert!(reason.contains("expand past"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(reader.decoded_bytes() <= decode_budget(bytes.len() as u64));
+    assert!(
+        (frames as u64) * u64::from(MAX_FRAME_BYTES) > 4 * decode_budget(bytes.len() as u64),
+        "the file would expand far past the budget"
+    );
+}

@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn user_rules_come_first() {
-        let path = std::env::temp_dir().join(format!("rules-{}.toml", std::process::id()));
+        let path = leakscope_fixtures::testkit::scratch("rules.toml");
         std::fs::write(
             &path,
             "[[rule]]\ncategory = \"other\"\npatterns = [\"tokio::*\"]\n",
