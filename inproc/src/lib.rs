@@ -78,4 +78,4 @@ pub use alloc::Alloc;
 #[cfg(feature = "chrome")]
 pub use chrome::{ChromeLayer, FlushGuard, chrome_layer};
 pub use layer::SessionLayer;
-pub use recorder::{Guard, Recorder, is_recording, start};
+pub use recorder::{Guard, Recorder, is_recording, start, unwritten_events};

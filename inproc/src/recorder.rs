@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -67,6 +67,10 @@ struct Shared {
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Threads between their check of [`ACTIVE`] and the push of their event: the
+/// writer's last swap waits for them, or their events (which began while
+/// recording) would land in a buffer nobody reads again, uncounted.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// This process is a child forked (without exec) from a recording process.
 static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 
@@ -133,8 +137,27 @@ fn guarded(f: impl FnOnce(&Shared)) {
     if !entered {
         return;
     }
-    f(shared);
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // Checked again once counted: the writer waits for every thread counted
+    // while recording was on, and none counted after sees it on.
+    if ACTIVE.load(Ordering::SeqCst) {
+        f(shared);
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     let _ = IN_RECORDER.try_with(|flag| flag.set(false));
+}
+
+/// Events pushed and never written: 0 once a recording has finished (a
+/// check for tests: the last swap must leave nothing behind).
+#[doc(hidden)]
+pub fn unwritten_events() -> usize {
+    SHARED.get().map_or(0, |shared| {
+        shared
+            .buffer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    })
 }
 
 fn push(shared: &Shared, event: RawEvent) {
@@ -281,6 +304,9 @@ pub struct Recorder {
     stop: Arc<AtomicBool>,
     writer: Option<JoinHandle<std::io::Result<()>>>,
     path: PathBuf,
+    /// The process that started it: a child forked from it (without exec)
+    /// that returns from `main` has no writer thread to join.
+    pid: u32,
 }
 
 impl Recorder {
@@ -366,6 +392,7 @@ impl Recorder {
             stop,
             writer: Some(writer),
             path,
+            pid: std::process::id(),
         })
     }
 
@@ -382,6 +409,13 @@ impl Recorder {
         let Some(writer) = self.writer.take() else {
             return Ok(());
         };
+        if std::process::id() != self.pid {
+            // A forked child: the writer thread is the parent's, and so is
+            // the recording. Joining a thread this process does not have
+            // would hang (or worse); the handle is let go untouched.
+            std::mem::forget(writer);
+            return Ok(());
+        }
         ACTIVE.store(false, Ordering::SeqCst);
         self.stop.store(true, Ordering::SeqCst);
         writer
@@ -408,8 +442,16 @@ pub struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        let forked = forked_child();
         drop(self.recorder.take());
-        drop(self.profiler.take());
+        let profiler = self.profiler.take();
+        if forked {
+            // dhat's profiler would write the parent's `dhat-heap.json` over
+            // with the child's view of the heap.
+            std::mem::forget(profiler);
+        } else {
+            drop(profiler);
+        }
     }
 }
 
@@ -435,15 +477,39 @@ fn write_loop(
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     let _ = IN_RECORDER.try_with(|flag| flag.set(true));
+    let written = write_until_stopped(shared, &mut writer, &mut spare, stop);
+    if written.is_err() {
+        // Nobody will write what the threads record: they stop paying for it
+        // at once. The error is the recorder's result (`finish`, or its drop).
+        ACTIVE.store(false, Ordering::SeqCst);
+    }
+    written?;
+    writer.finish(Record::End {
+        ts: monotonic_ns(),
+        reason: EndReason::Finished,
+    })?;
+    Ok(())
+}
+
+/// The writer's loop, until `stop` and the last swap.
+fn write_until_stopped(
+    shared: &'static Shared,
+    writer: &mut RecordingWriter,
+    spare: &mut Vec<RawEvent>,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
     let mut lost_seen = 0;
     loop {
         let stopping = stop.load(Ordering::SeqCst);
+        if stopping {
+            wait_for_events_in_flight();
+        }
         {
             let mut buffer = shared.buffer.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::swap(&mut *buffer, &mut spare);
+            std::mem::swap(&mut *buffer, spare);
         }
         for raw in spare.drain(..) {
-            convert(&raw, shared, &mut writer)?;
+            convert(&raw, shared, writer)?;
         }
         let lost = shared.lost.load(Ordering::Relaxed);
         if lost > lost_seen {
@@ -456,15 +522,22 @@ fn write_loop(
         }
         writer.flush()?;
         if stopping {
-            break;
+            return Ok(());
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    writer.finish(Record::End {
-        ts: monotonic_ns(),
-        reason: EndReason::Finished,
-    })?;
-    Ok(())
+}
+
+/// Recording is off (`ACTIVE` is false): waits until no thread is between
+/// its check and its push, so the last swap takes every event. Bounded: a
+/// thread stopped inside the recorder (a debugger, SIGSTOP) does not hold up
+/// the end; what it pushes later is not in the recording
+/// ([`unwritten_events`] counts it).
+fn wait_for_events_in_flight() {
+    let start = std::time::Instant::now();
+    while IN_FLIGHT.load(Ordering::SeqCst) != 0 && start.elapsed() < Duration::from_secs(1) {
+        std::thread::yield_now();
+    }
 }
 
 fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std::io::Result<()> {
