@@ -26,7 +26,10 @@ mod stages;
 mod units;
 
 pub use outputs::diff::Diff;
+/// The diff of two analysed recordings, each (its name, summary, timeline).
+pub use outputs::diff::diff as diff_timelines;
 pub use outputs::summary::{Summary, VerdictKind, percentile, summarize};
+pub use outputs::{InMemory, OutputDir, Sink, write_diff, write_report};
 pub use stages::attribute::{Category, Rules};
 pub use stages::names::short_name;
 pub use stages::objects::sessions::SessionState;
@@ -40,7 +43,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use leakscope_recording::RecordingReader;
 
-use crate::outputs::OutputDir;
 use crate::stages::accounting::SAMPLE_INTERVAL_NS;
 pub use leakscope_recording::output::Owner;
 

@@ -622,3 +622,27 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std
     };
     writer.push(record)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recorder starts its own count of dropped events: the previous
+    /// recording's losses are not reported again in the next one.
+    #[test]
+    fn a_new_recorder_starts_its_own_lost_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Recorder::start(dir.path().join("first.lsrec")).unwrap();
+        SHARED.get().unwrap().lost.store(7, Ordering::SeqCst);
+        first.finish().unwrap();
+        let second_path = dir.path().join("second.lsrec");
+        let second = Recorder::start(&second_path).unwrap();
+        assert_eq!(SHARED.get().unwrap().lost.load(Ordering::SeqCst), 0);
+        second.finish().unwrap();
+        let mut reader = leakscope_recording::RecordingReader::open(&second_path).unwrap();
+        assert!(
+            !reader.by_ref().any(|r| matches!(r, Record::Lost { .. })),
+            "no losses carried over"
+        );
+    }
+}

@@ -573,6 +573,18 @@ fn has_bpf_capabilities(effective: u64) -> bool {
 mod tests {
     use super::*;
 
+    /// CAP_BPF with CAP_PERFMON, or CAP_SYS_ADMIN alone (what kernels before
+    /// 5.8 need, and later ones accept): either is enough, nothing less.
+    #[test]
+    fn either_capability_set_is_enough_to_attach() {
+        let (sys_admin, perfmon, bpf) = (1u64 << 21, 1u64 << 38, 1u64 << 39);
+        assert!(has_bpf_capabilities(sys_admin));
+        assert!(has_bpf_capabilities(bpf | perfmon));
+        assert!(!has_bpf_capabilities(bpf));
+        assert!(!has_bpf_capabilities(perfmon));
+        assert!(!has_bpf_capabilities(0));
+    }
+
     /// The final read after detach must not count again what the periodic
     /// reads already wrote (it used to start from zero and double the total).
     #[test]

@@ -9,6 +9,8 @@ fn scratch(name: &str) -> std::path::PathBuf {
     DIR.get_or_init(|| {
         tempfile::Builder::new()
             .prefix("leakscope-cli-")
+            // mkdtemp's own 0700: tempfile's default is 0777 less the umask.
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .unwrap()
             .keep()

@@ -381,3 +381,37 @@ fn a_file_that_expands_past_its_budget_stops_there() {
         "the file would expand far past the budget"
     );
 }
+
+/// Each frame is capped at [`MAX_FRAME_BYTES`], on disk and decompressed: a
+/// length prefix past it is corruption (not an allocation of 4 GiB), and a
+/// frame that says it expands past it is refused before it is decompressed.
+#[test]
+fn a_frame_past_the_cap_is_a_torn_tail() {
+    let header_only = |bytes: &mut Vec<u8>| {
+        let header_end = RecordingReader::new(&bytes[..], Path::new("x.lsrec"))
+            .unwrap()
+            .offset() as usize;
+        bytes.truncate(header_end);
+    };
+    let torn = |bytes: &[u8]| {
+        let mut reader = RecordingReader::new(bytes, Path::new("cap.lsrec")).unwrap();
+        assert_eq!(reader.by_ref().count(), 0);
+        match reader.tail() {
+            Some(Tail::Torn { reason, .. }) => reason.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let mut bytes = write(&[], 1);
+    header_only(&mut bytes);
+    bytes.extend_from_slice(&(MAX_FRAME_BYTES + 1).to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    assert!(torn(&bytes).contains("is not plausible"));
+
+    let mut bytes = write(&[], 1);
+    header_only(&mut bytes);
+    let big = zstd::bulk::compress(&vec![0u8; MAX_FRAME_BYTES as usize + 1], 1).unwrap();
+    bytes.extend_from_slice(&(big.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&big).to_le_bytes());
+    bytes.extend_from_slice(&big);
+    assert!(torn(&bytes).contains("a frame expands past"));
+}

@@ -1,6 +1,7 @@
 //! The outputs: what a report writes, each from the data it needs. Every
-//! output renders to text or bytes; [`OutputDir`] is the one place that writes
-//! them and applies `--redact`.
+//! output renders to text or bytes into a [`Sink`]: [`OutputDir`] is the one
+//! place that writes them to disk and applies `--redact`; [`InMemory`] keeps
+//! them (tests, the fuzz target that runs every output).
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,70 @@ pub mod report;
 pub mod summary;
 pub mod trace;
 pub mod verdict;
+
+/// Where rendered outputs go.
+pub trait Sink {
+    /// A text output (redacted when asked).
+    fn text(&self, name: &str, text: String) -> Result<()>;
+
+    /// A binary output (a PNG, a gzipped profile already redacted by its
+    /// renderer), as is.
+    fn bytes(&self, name: &str, bytes: &[u8]) -> Result<()>;
+
+    /// What takes this machine's paths and hostnames out, when asked.
+    fn redactor(&self) -> Option<&redact::Redactor>;
+
+    /// `text` as these outputs read it: redacted when asked.
+    fn redacted(&self, text: String) -> String {
+        match self.redactor() {
+            Some(r) => r.text(&text),
+            None => text,
+        }
+    }
+
+    /// Charts as `NAME.svg` and `NAME.png`.
+    fn charts(&self, charts: Vec<charts::Rendered>) -> Result<()> {
+        for chart in charts {
+            self.text(&format!("{}.svg", chart.name), chart.svg)?;
+            self.bytes(&format!("{}.png", chart.name), &chart.png)?;
+        }
+        Ok(())
+    }
+}
+
+/// Outputs kept in memory, by file name, in the order they were rendered.
+#[derive(Default)]
+pub struct InMemory {
+    files: std::cell::RefCell<Vec<(String, Vec<u8>)>>,
+}
+
+impl InMemory {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every output rendered so far: (file name, contents).
+    pub fn files(self) -> Vec<(String, Vec<u8>)> {
+        self.files.into_inner()
+    }
+}
+
+impl Sink for InMemory {
+    fn text(&self, name: &str, text: String) -> Result<()> {
+        self.bytes(name, text.as_bytes())
+    }
+
+    fn bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.files
+            .borrow_mut()
+            .push((name.to_owned(), bytes.to_vec()));
+        Ok(())
+    }
+
+    fn redactor(&self) -> Option<&redact::Redactor> {
+        None
+    }
+}
 
 /// A directory that outputs are written into, redacted when asked.
 pub struct OutputDir {
@@ -41,21 +106,10 @@ impl OutputDir {
             owner,
         })
     }
+}
 
-    /// `text` as this directory's outputs read it: redacted when asked.
-    pub fn redacted(&self, text: String) -> String {
-        match &self.redactor {
-            Some(r) => r.text(&text),
-            None => text,
-        }
-    }
-
-    pub fn redactor(&self) -> Option<&redact::Redactor> {
-        self.redactor.as_ref()
-    }
-
-    /// Writes a text output (redacted when asked).
-    pub fn text(&self, name: &str, text: String) -> Result<()> {
+impl Sink for OutputDir {
+    fn text(&self, name: &str, text: String) -> Result<()> {
         write_file(
             &self.dir.join(name),
             self.redacted(text).as_bytes(),
@@ -63,19 +117,12 @@ impl OutputDir {
         )
     }
 
-    /// Writes a binary output (a PNG, a gzipped profile already redacted by
-    /// its renderer), as is.
-    pub fn bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+    fn bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
         write_file(&self.dir.join(name), bytes, self.owner)
     }
 
-    /// Writes charts as `NAME.svg` and `NAME.png`.
-    pub fn charts(&self, charts: Vec<charts::Rendered>) -> Result<()> {
-        for chart in charts {
-            self.text(&format!("{}.svg", chart.name), chart.svg)?;
-            self.bytes(&format!("{}.png", chart.name), &chart.png)?;
-        }
-        Ok(())
+    fn redactor(&self) -> Option<&redact::Redactor> {
+        self.redactor.as_ref()
     }
 }
 
@@ -94,7 +141,7 @@ pub fn write_file(path: &Path, bytes: &[u8], owner: Option<Owner>) -> Result<()>
 /// `profile.pb.gz` and the charts. Returns the timeline's warnings and any
 /// the merge added, redacted like the outputs.
 pub fn write_report(
-    out: &OutputDir,
+    out: &impl Sink,
     summary: &summary::Summary,
     timeline: &Timeline,
     app_trace: Option<&Path>,
@@ -142,7 +189,7 @@ pub fn write_report(
 /// Every output of `leakscope diff` into `out`: `diff.json`, `diff.md` and
 /// the diff charts.
 pub fn write_diff(
-    out: &OutputDir,
+    out: &impl Sink,
     diff: &diff::Diff,
     before: &Timeline,
     after: &Timeline,

@@ -292,12 +292,14 @@ fn registry_crate(dir: &str) -> Option<String> {
     (numeric && !name.is_empty()).then(|| name.to_owned())
 }
 
-/// The `[package] name` of a `Cargo.toml`, if it is a regular file here.
+/// The `[package] name` of a `Cargo.toml`, if it is a regular file here. The
+/// path comes from the recorded binary's debug info, so it is opened without
+/// blocking (a FIFO named `Cargo.toml` fails at once) and read 1 MiB at most.
 fn package_name(manifest: &Path) -> Option<String> {
-    if !manifest.is_file() {
-        return None;
-    }
-    let text = std::fs::read_to_string(manifest).ok()?;
+    use std::io::Read;
+    let file = leakscope_recording::target::open_regular(manifest, None).ok()?;
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).ok()?;
     let mut in_package = false;
     for line in text.lines() {
         let line = line.trim();
@@ -405,6 +407,33 @@ mod tests {
             "unknown addresses stay addresses"
         );
         assert!(symbolizer.unmatched().is_empty());
+    }
+
+    /// A recording names the files to read symbols from: a device, a FIFO or
+    /// a directory there is never opened (`/dev/zero` would be read forever,
+    /// a FIFO would block), and says why.
+    #[test]
+    fn a_mapping_that_names_no_regular_file_is_not_opened() {
+        let dir = leakscope_fixtures::testkit::scratch("symbolize-fifo");
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = dir.join("Cargo.toml");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a path in this test's own scratch directory.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert_eq!(package_name(&fifo), None, "a FIFO does not block");
+        for path in ["/dev/zero", fifo.to_str().unwrap(), dir.to_str().unwrap()] {
+            let mut symbolizer = Symbolizer::new();
+            symbolizer.add_mapping(Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                file_offset: 0,
+                path: path.to_owned(),
+                build_id: Some("00112233".into()),
+            });
+            assert!(symbolizer.frames(0x1010)[0].function.starts_with("0x"));
+            let why = &symbolizer.unmatched()[path];
+            assert!(why.contains("not a regular file"), "{path}: {why}");
+        }
     }
 
     /// A file whose build-id is not the recorded one (the binary was rebuilt
