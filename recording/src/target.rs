@@ -413,6 +413,8 @@ mod tests {
         assert_eq!(read("/lib/libx.so").as_deref(), Ok("inside"));
         assert_eq!(read("/../../../../etc/hostname").as_deref(), Ok("inside"));
         assert!(read("/lib/magic.so").is_err(), "no way out through /proc");
+        // And nothing missing inside is taken from the host instead.
+        assert!(read("/etc/passwd").is_err(), "not the host's /etc/passwd");
         assert!(read("/lib").is_err(), "a directory is not read");
     }
 
