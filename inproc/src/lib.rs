@@ -70,6 +70,7 @@
 mod alloc;
 #[cfg(feature = "chrome")]
 mod chrome;
+mod control;
 mod layer;
 mod recorder;
 mod stack;
@@ -77,5 +78,6 @@ mod stack;
 pub use alloc::Alloc;
 #[cfg(feature = "chrome")]
 pub use chrome::{ChromeLayer, FlushGuard, chrome_layer};
+pub use control::listen;
 pub use layer::SessionLayer;
 pub use recorder::{Guard, Recorder, is_recording, start, unwritten_events};

@@ -2,8 +2,9 @@
 //! the session layer, drained by a background writer into a recording.
 
 use std::cell::Cell;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -66,20 +67,54 @@ struct Shared {
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// Threads between their check of [`ACTIVE`] and the push of their event: the
+/// What the allocator does with a call: the one thing it reads (relaxed) on
+/// every call, so that with no recorder running it costs one load over the
+/// inner allocator and a production build can carry it.
+static MODE: AtomicU8 = AtomicU8::new(Mode::Off as u8);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Mode {
+    /// No recorder: every call goes straight to the inner allocator.
+    Off = 0,
+    /// Recording: every call is recorded, except leakscope's own.
+    On = 1,
+    /// A recorder is starting or finishing (or its writer failed): nothing is
+    /// recorded, but leakscope's own memory is still set apart.
+    Busy = 2,
+    /// A child forked (without exec) from a recording process: recording is
+    /// the parent's, and dhat's lock may be held by a thread the child lacks.
+    Forked = 3,
+}
+
+#[inline]
+pub(crate) fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        0 => Mode::Off,
+        1 => Mode::On,
+        2 => Mode::Busy,
+        _ => Mode::Forked,
+    }
+}
+
+fn set_mode(mode: Mode) {
+    MODE.store(mode as u8, Ordering::SeqCst);
+}
+
+fn recording() -> bool {
+    MODE.load(Ordering::SeqCst) == Mode::On as u8
+}
+
+/// Threads between their check of the mode and the push of their event: the
 /// writer's last swap waits for them, or their events (which began while
 /// recording) would land in a buffer nobody reads again, uncounted.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-/// This process is a child forked (without exec) from a recording process.
-static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
-
 /// True in a child forked from a recording process: its allocations bypass
 /// dhat too, whose spin lock another thread of the parent may have held at the
 /// fork (it would never be released in the child).
 #[inline]
 pub(crate) fn forked_child() -> bool {
-    FORKED_CHILD.load(Ordering::Relaxed)
+    mode() == Mode::Forked
 }
 
 thread_local! {
@@ -125,7 +160,7 @@ pub(crate) fn untracked<R>(f: impl FnOnce() -> R) -> (R, bool) {
 /// Runs `f` unless this thread is already inside the recorder or recording is off.
 #[inline]
 fn guarded(f: impl FnOnce(&Shared)) {
-    if !ACTIVE.load(Ordering::Relaxed) {
+    if mode() != Mode::On {
         return;
     }
     let Some(shared) = SHARED.get() else {
@@ -140,7 +175,7 @@ fn guarded(f: impl FnOnce(&Shared)) {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // Checked again once counted: the writer waits for every thread counted
     // while recording was on, and none counted after sees it on.
-    if ACTIVE.load(Ordering::SeqCst) {
+    if recording() {
         f(shared);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
@@ -284,8 +319,7 @@ pub(crate) fn quietly<R>(f: impl FnOnce() -> R) -> R {
 fn stop_recording_in_forked_children() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     extern "C" fn in_child() {
-        ACTIVE.store(false, Ordering::SeqCst);
-        FORKED_CHILD.store(true, Ordering::SeqCst);
+        set_mode(Mode::Forked);
     }
     REGISTERED.call_once(|| {
         // SAFETY: registers a handler that only stores to an atomic.
@@ -296,8 +330,18 @@ fn stop_recording_in_forked_children() {
 /// True while this process records (a [`Recorder`] runs, and this is not a
 /// child forked from the recording process).
 pub fn is_recording() -> bool {
-    ACTIVE.load(Ordering::SeqCst)
+    recording()
 }
+
+/// Where a recording goes.
+enum Sink {
+    File(PathBuf),
+    /// A control connection, and what to call it in errors.
+    Stream(Box<dyn Write + Send>, PathBuf),
+}
+
+/// The writer of a recording, wherever it goes.
+type Writer = RecordingWriter<Box<dyn Write + Send>>;
 
 /// A running recorder; [`finish`](Self::finish) (or drop) writes the end and joins the writer.
 pub struct Recorder {
@@ -313,10 +357,37 @@ impl Recorder {
     /// Starts recording this process into `path` (recording only: the caller runs
     /// dhat's profiler, e.g. `dhat::Profiler::builder().testing().build()`).
     pub fn start(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_owned();
-        if ACTIVE.load(Ordering::SeqCst) {
+        Self::start_into(Sink::File(path.as_ref().to_owned()))
+    }
+
+    /// Starts recording this process into `out` (a control connection:
+    /// [`listen`](super::listen)); `name` names it in errors.
+    pub(crate) fn start_streaming(out: Box<dyn Write + Send>, name: &str) -> Result<Self> {
+        Self::start_into(Sink::Stream(out, PathBuf::from(name)))
+    }
+
+    fn start_into(sink: Sink) -> Result<Self> {
+        if MODE
+            .compare_exchange(
+                Mode::Off as u8,
+                Mode::Busy as u8,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_err()
+        {
             bail!("an in-process recording is already running");
         }
+        // From here, leakscope's own memory is set apart (Busy); an error
+        // turns the allocator back off.
+        let started = Self::start_busy(sink);
+        if started.is_err() {
+            set_mode(Mode::Off);
+        }
+        started
+    }
+
+    fn start_busy(sink: Sink) -> Result<Self> {
         let target = Target::inspect(std::process::id())?;
         let preset = leakscope_recording::preset::Preset::builtin();
         let spans = preset
@@ -347,7 +418,7 @@ impl Recorder {
             target.identity(target.crate_version("rmcp")),
             Settings {
                 alloc_layer: AllocLayer::GlobalAllocator,
-                alloc_layer_reason: "the program's #[global_allocator] is leakscope_inproc::Alloc (wrapping dhat::Alloc): every Rust allocation, no C ones".into(),
+                alloc_layer_reason: "the program's #[global_allocator] is leakscope_inproc::Alloc (over dhat, or the program's own allocator): every Rust allocation, no C ones".into(),
                 stack_depth: DEPTH as u32,
                 preset: Some(preset.name.clone()),
                 scope_probes: vec![format!("session-span: tracing spans {spans}")],
@@ -357,8 +428,19 @@ impl Recorder {
             },
         );
         header.frame_pointers = frame_pointers;
-        let mut writer = RecordingWriter::create(&path, &header)
-            .with_context(|| format!("cannot create {}", path.display()))?;
+        let (out, path): (Box<dyn Write + Send>, PathBuf) = match sink {
+            Sink::File(path) => {
+                let file = std::fs::File::create(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                (
+                    Box::new(std::io::BufWriter::with_capacity(1 << 20, file)),
+                    path,
+                )
+            }
+            Sink::Stream(out, name) => (out, name),
+        };
+        let mut writer = RecordingWriter::new(out, &header)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         for mapping in target.mappings {
             writer.push(Record::Mapping(mapping))?;
         }
@@ -387,7 +469,7 @@ impl Recorder {
         let writer = std::thread::Builder::new()
             .name("leakscope-writer".into())
             .spawn(move || write_loop(shared, writer, spare, &thread_stop))?;
-        ACTIVE.store(true, Ordering::SeqCst);
+        set_mode(Mode::On);
         Ok(Self {
             stop,
             writer: Some(writer),
@@ -416,10 +498,12 @@ impl Recorder {
             std::mem::forget(writer);
             return Ok(());
         }
-        ACTIVE.store(false, Ordering::SeqCst);
+        set_mode(Mode::Busy);
         self.stop.store(true, Ordering::SeqCst);
-        writer
-            .join()
+        let joined = writer.join();
+        // The writer thread is gone: nothing of leakscope's is allocating now.
+        set_mode(Mode::Off);
+        joined
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
             .with_context(|| format!("writing {}", self.path.display()))
     }
@@ -472,7 +556,7 @@ pub fn start(path: impl AsRef<Path>) -> Result<Guard> {
 /// raw events into records. Its own allocations are never recorded.
 fn write_loop(
     shared: &'static Shared,
-    mut writer: RecordingWriter,
+    mut writer: Writer,
     mut spare: Vec<RawEvent>,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
@@ -481,7 +565,7 @@ fn write_loop(
     if written.is_err() {
         // Nobody will write what the threads record: they stop paying for it
         // at once. The error is the recorder's result (`finish`, or its drop).
-        ACTIVE.store(false, Ordering::SeqCst);
+        set_mode(Mode::Busy);
     }
     written?;
     writer.finish(Record::End {
@@ -494,7 +578,7 @@ fn write_loop(
 /// The writer's loop, until `stop` and the last swap.
 fn write_until_stopped(
     shared: &'static Shared,
-    writer: &mut RecordingWriter,
+    writer: &mut Writer,
     spare: &mut Vec<RawEvent>,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
@@ -528,7 +612,7 @@ fn write_until_stopped(
     }
 }
 
-/// Recording is off (`ACTIVE` is false): waits until no thread is between
+/// Recording is off (the mode is `Busy`): waits until no thread is between
 /// its check and its push, so the last swap takes every event. Bounded: a
 /// thread stopped inside the recorder (a debugger, SIGSTOP) does not hold up
 /// the end; what it pushes later is not in the recording
@@ -540,7 +624,7 @@ fn wait_for_events_in_flight() {
     }
 }
 
-fn convert(raw: &RawEvent, shared: &Shared, writer: &mut RecordingWriter) -> std::io::Result<()> {
+fn convert(raw: &RawEvent, shared: &Shared, writer: &mut Writer) -> std::io::Result<()> {
     let (ts, tid) = (raw.ts, raw.tid);
     let frames = &raw.frames[..raw.depth as usize];
     let record = match raw.kind {

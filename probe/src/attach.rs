@@ -90,6 +90,9 @@ pub enum AttachEvent<'a> {
     Warning(String),
     /// Every probe is in place: events are being recorded from now on.
     Attached { pid: u32, probes: usize },
+    /// The process records itself (its global allocator is
+    /// `leakscope_inproc::Alloc`) and has started to: no probe was needed.
+    InProcess { pid: u32 },
     /// Twice a second while recording: the running figures and the event rate.
     Progress { stats: &'a Stats, events_per_s: f64 },
 }
@@ -111,7 +114,6 @@ pub async fn attach(
     options: AttachOptions,
     mut on_event: impl FnMut(AttachEvent<'_>),
 ) -> Result<AttachOutcome> {
-    check_privileges()?;
     // Ctrl-C and SIGTERM end the recording cleanly from the start: one that
     // comes while the probes are being attached (seconds, for many) no longer
     // kills the probe with a header-only file; the recording stops as soon as
@@ -121,6 +123,15 @@ pub async fn attach(
         interrupt: signal(SignalKind::interrupt())?,
         terminate: signal(SignalKind::terminate())?,
     };
+    // A process that records itself (leakscope_inproc::Alloc, listening)
+    // needs no eBPF and no root: it is asked to.
+    if !options.bare
+        && let Some(stream) = crate::cooperative::connect(options.pid)
+    {
+        return crate::cooperative::record(stream, &options, &mut stop_signals, &mut on_event)
+            .await;
+    }
+    check_privileges()?;
     // First: a bad --out (a symbolic link, an existing file) costs no attach.
     // (It is created, checked again and race-free, just before loading.)
     output::check_path(&options.out, options.existing)
@@ -425,9 +436,9 @@ fn while_draining<W: Write, T: Send>(
 }
 
 /// The signals that end a recording.
-struct StopSignals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
+pub(crate) struct StopSignals {
+    pub(crate) interrupt: tokio::signal::unix::Signal,
+    pub(crate) terminate: tokio::signal::unix::Signal,
 }
 
 // The run's state, each piece owned by `attach` and lent here for the loop.

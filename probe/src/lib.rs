@@ -15,6 +15,7 @@
 pub mod attach;
 pub mod attach_offset;
 pub mod capture;
+pub mod cooperative;
 pub mod loader;
 pub mod plan;
 pub mod symbols;

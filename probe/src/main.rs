@@ -138,6 +138,12 @@ async fn run(cli: Cli) -> Result<()> {
                         println!("attached: pid={pid} probes={probes}");
                         let _ = std::io::stdout().flush();
                     }
+                    AttachEvent::InProcess { pid } => {
+                        println!(
+                            "attached: pid={pid} in-process (it records itself through leakscope_inproc::Alloc; no eBPF)"
+                        );
+                        let _ = std::io::stdout().flush();
+                    }
                     AttachEvent::Progress {
                         stats,
                         events_per_s,

@@ -20,6 +20,7 @@
 //! The format version sits outside the frames so a reader can refuse a newer file
 //! before decoding anything. `docs/recording-format.md` is the reference.
 
+pub mod control;
 mod demangle;
 mod event;
 pub mod frame_pointers;
