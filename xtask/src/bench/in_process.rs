@@ -12,13 +12,16 @@ use super::median;
 /// The in-process mode's cost on `Box` pairs, every mode in its own long-lived
 /// `alloc-bench`, timed round by round (A B C D E, A B C D E, ...):
 /// the system allocator; heaptrack started with the same program (the in-process
-/// tool users pick); `leakscope_inproc::Alloc` idle; the recorder alone
-/// (`Recorder::start`); and dhat's profiler plus the recorder (`start`).
+/// tool users pick); `leakscope_inproc::Alloc` over dhat idle; the recorder alone
+/// (`Recorder::start`); dhat's profiler plus the recorder (`start`); and the
+/// cooperative allocator a production build carries (`Alloc<System>`), off
+/// and with recording on.
 pub(super) fn in_process(
     pairs: u64,
     rounds: usize,
     alloc_bench: &Path,
     inproc_alloc_bench: &Path,
+    cooperative_alloc_bench: &Path,
     scratch: &Path,
 ) -> Result<Value> {
     let pairs = (pairs / 10).max(1000);
@@ -46,6 +49,16 @@ pub(super) fn in_process(
             "recording_ns",
             Bench::start(Command::new(inproc_alloc_bench))?,
             Some(format!("record {}", out.display())),
+        ),
+        (
+            "cooperative_off_ns",
+            Bench::start(Command::new(cooperative_alloc_bench))?,
+            None,
+        ),
+        (
+            "cooperative_on_ns",
+            Bench::start(Command::new(cooperative_alloc_bench))?,
+            Some(format!("record-only {}", out.display())),
         ),
     ];
     let heaptrack = match Bench::start(heaptrack_command) {

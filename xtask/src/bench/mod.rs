@@ -165,6 +165,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             rounds,
             &bin.join("alloc-bench"),
             &inproc_alloc_bench,
+            &bin.join("alloc-bench-cooperative"),
             &scratch,
         )?;
     }

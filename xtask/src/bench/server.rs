@@ -28,15 +28,17 @@ pub(super) enum ServerTool {
     BccMemleak,
     Heaptrack,
     InProcess,
+    Cooperative,
 }
 
 impl ServerTool {
-    pub(super) const ALL: [ServerTool; 5] = [
+    pub(super) const ALL: [ServerTool; 6] = [
         ServerTool::Unprobed,
         ServerTool::Leakscope,
         ServerTool::BccMemleak,
         ServerTool::Heaptrack,
         ServerTool::InProcess,
+        ServerTool::Cooperative,
     ];
 
     pub(super) fn key(self) -> &'static str {
@@ -46,6 +48,7 @@ impl ServerTool {
             ServerTool::BccMemleak => "bcc_memleak",
             ServerTool::Heaptrack => "heaptrack",
             ServerTool::InProcess => "in_process",
+            ServerTool::Cooperative => "cooperative",
         }
     }
 
@@ -56,6 +59,9 @@ impl ServerTool {
             ServerTool::BccMemleak => "bcc memleak (attached by pid)",
             ServerTool::Heaptrack => "heaptrack (started with the server)",
             ServerTool::InProcess => "in-process mode (`--record`, dhat-backed)",
+            ServerTool::Cooperative => {
+                "cooperative allocator (`fixture-server-cooperative`), switched on by attach"
+            }
         }
     }
 }
@@ -206,6 +212,11 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
             command.args(args).arg("--record").arg(&recording);
             Server::start(command)?
         }
+        ServerTool::Cooperative => {
+            let mut command = Command::new(env.bin.join("fixture-server-cooperative"));
+            command.args(args);
+            Server::start(command)?
+        }
         _ => {
             let mut command = Command::new(env.bin.join("fixture-server"));
             command.args(args);
@@ -213,7 +224,11 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         }
     };
     let watcher = match tool {
-        ServerTool::Leakscope => Watcher::Probe(attach(env.probe, server.pid, &recording, false)?),
+        // The same attach: the probe finds the cooperative allocator's
+        // control socket and records through it, no eBPF.
+        ServerTool::Leakscope | ServerTool::Cooperative => {
+            Watcher::Probe(attach(env.probe, server.pid, &recording, false)?)
+        }
         ServerTool::BccMemleak => {
             Watcher::Bcc(BccMemleak::attach(server.pid, env.scratch).map_err(anyhow::Error::msg)?)
         }
@@ -256,7 +271,9 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
     }
     server.finish()?;
     let lost = match tool {
-        ServerTool::Leakscope | ServerTool::InProcess => json!(lost_events(&recording)?),
+        ServerTool::Leakscope | ServerTool::InProcess | ServerTool::Cooperative => {
+            json!(lost_events(&recording)?)
+        }
         _ => Value::Null,
     };
     let _ = std::fs::remove_file(&recording);
