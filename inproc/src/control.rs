@@ -56,6 +56,14 @@ fn serve(stream: UnixStream) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let mut reply = stream.try_clone()?;
+    // The request is read first (a line at most 64 bytes long), so a client
+    // refused below hears why instead of a broken pipe.
+    let mut requests = BufReader::new(stream.try_clone()?);
+    let mut request = String::new();
+    // One client at a time: one that says nothing must not hold the socket.
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    std::io::Read::take(&mut requests, 64).read_line(&mut request)?;
+    stream.set_read_timeout(None)?;
     if uid != me && uid != 0 {
         // Not an error of this process: refused, said to the client only.
         let _ = writeln!(
@@ -64,9 +72,6 @@ fn serve(stream: UnixStream) -> Result<()> {
         );
         return Ok(());
     }
-    let mut requests = BufReader::new(stream.try_clone()?);
-    let mut request = String::new();
-    requests.read_line(&mut request)?;
     if request.trim() != RECORD_REQUEST {
         let _ = writeln!(reply, "{ERROR_PREFIX}unknown request {:?}", request.trim());
         return Ok(());

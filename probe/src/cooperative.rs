@@ -54,8 +54,9 @@ pub(crate) async fn record(
         .with_context(|| format!("cannot create {}", options.out.display()))?;
     let pid = options.pid;
     let mut request = stream.try_clone()?;
-    writeln!(request, "{RECORD_REQUEST}")
-        .with_context(|| format!("cannot ask pid {pid} to record"))?;
+    // A refusal may come (and the socket close) before the request is even
+    // written: the answer, read below, says why better than a broken pipe.
+    let asked = writeln!(request, "{RECORD_REQUEST}");
     let (sender, mut received) = tokio::sync::mpsc::channel::<Streamed>(64);
     let name = format!("pid {pid}'s control socket");
     std::thread::Builder::new()
@@ -65,7 +66,10 @@ pub(crate) async fn record(
     let header = match received.recv().await {
         Some(Streamed::Header(header)) => header,
         Some(Streamed::End(Err(why))) => bail!("pid {pid} would not record: {why}"),
-        _ => bail!("pid {pid} closed its control socket without a recording"),
+        _ => match asked {
+            Err(e) => bail!("cannot ask pid {pid} to record: {e}"),
+            Ok(()) => bail!("pid {pid} closed its control socket without a recording"),
+        },
     };
     let file = output::create_file(&options.out, options.existing, options.owner)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
