@@ -35,6 +35,9 @@ pub fn connect(pid: u32) -> Option<UnixStream> {
     }
 }
 
+/// How long a process asked to stop may take to finish its recording.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
 /// What the reading thread hands over.
 enum Streamed {
     Header(Box<Header>),
@@ -102,12 +105,35 @@ pub(crate) async fn record(
     let written = |e: std::io::Error| {
         anyhow::Error::new(e).context(format!("writing {} failed", options.out.display()))
     };
+    // Once asked to stop, the process has this long to finish its recording
+    // (a stopped or hung process must not hold the probe); a second Ctrl-C
+    // does not wait at all.
+    let mut give_up = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400);
     let tail = loop {
         tokio::select! {
-            _ = signals.interrupt.recv() => stop(EndReason::Interrupted, &mut stopping),
-            _ = signals.terminate.recv() => stop(EndReason::Interrupted, &mut stopping),
+            _ = signals.interrupt.recv() => {
+                if stopping.is_some() {
+                    break Err("interrupted again before the process finished its recording".into());
+                }
+                stop(EndReason::Interrupted, &mut stopping);
+                give_up = tokio::time::Instant::now() + STOP_WAIT;
+            }
+            _ = signals.terminate.recv() => {
+                if stopping.is_some() {
+                    break Err("terminated again before the process finished its recording".into());
+                }
+                stop(EndReason::Interrupted, &mut stopping);
+                give_up = tokio::time::Instant::now() + STOP_WAIT;
+            }
             _ = tokio::time::sleep_until(deadline), if stopping.is_none() => {
-                stop(EndReason::Duration, &mut stopping)
+                stop(EndReason::Duration, &mut stopping);
+                give_up = tokio::time::Instant::now() + STOP_WAIT;
+            }
+            _ = tokio::time::sleep_until(give_up), if stopping.is_some() => {
+                break Err(format!(
+                    "pid {pid} did not finish its recording within {} s of being asked",
+                    STOP_WAIT.as_secs()
+                ));
             }
             streamed = received.recv() => match streamed {
                 Some(Streamed::Records(records)) => {
@@ -131,6 +157,13 @@ pub(crate) async fn record(
             }
         }
     };
+    if let Err(reason) = &tail
+        && stopping.is_some()
+    {
+        on_event(AttachEvent::Warning(format!(
+            "{reason}: the recording keeps what it sent"
+        )));
+    }
     if let Ok(Tail::Torn { reason, .. }) | Err(reason) = &tail
         && stopping.is_none()
         && is_alive(pid)

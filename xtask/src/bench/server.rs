@@ -215,7 +215,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         ServerTool::Cooperative => {
             let mut command = Command::new(env.bin.join("fixture-server-cooperative"));
             command.args(args);
-            Server::start(command)?
+            Server::start_as(command, "fixture-server-cooperative")?
         }
         _ => {
             let mut command = Command::new(env.bin.join("fixture-server"));
@@ -326,7 +326,13 @@ struct Server {
 }
 
 impl Server {
-    fn start(mut command: Command) -> Result<Self> {
+    fn start(command: Command) -> Result<Self> {
+        Self::start_as(command, "fixture-server")
+    }
+
+    /// Starts `command`, whose process (or a descendant's: a wrapper such as
+    /// heaptrack) named `program` is the server.
+    fn start_as(mut command: Command, program: &str) -> Result<Self> {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -341,8 +347,8 @@ impl Server {
         )?;
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || output.lines().for_each(drop));
-        let pid = descendant_named(child.id(), "fixture-server")
-            .context("cannot find the fixture-server process")?;
+        let pid = descendant_named(child.id(), program)
+            .with_context(|| format!("cannot find the {program} process"))?;
         Ok(Self { child, pid, url })
     }
 
@@ -360,6 +366,9 @@ impl Server {
 
 /// `root` itself or the first process under it whose `comm` is `name`.
 fn descendant_named(root: u32, name: &str) -> Option<u32> {
+    // The kernel keeps 15 bytes of a program's name (`fixture-server-`
+    // for `fixture-server-cooperative`).
+    let name = &name[..name.len().min(15)];
     let comm = std::fs::read_to_string(format!("/proc/{root}/comm")).ok()?;
     if comm.trim() == name {
         return Some(root);
