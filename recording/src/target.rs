@@ -434,24 +434,30 @@ mod tests {
         assert_eq!(build_id_of(Path::new("/dev/zero")), None);
     }
 
+    /// Maps one page of `file` readable and executable into this process, as
+    /// a library (or a JIT) is: `/proc/self/maps` lists it. Unmapped by the caller.
+    fn map_executable(file: &std::fs::File) -> *mut libc::c_void {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh private read+exec mapping of one page of an open file.
+        unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        }
+    }
+
     /// A process that maps `/dev/zero` executable (as some JITs do): the
     /// probe inspects it at once, reads nothing of the device, and refuses
     /// to open it as a file to probe.
     #[test]
     fn a_mapped_device_is_never_read() {
         let zero = std::fs::File::open("/dev/zero").unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: a fresh private read+exec mapping of one page, unmapped below.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                zero.as_raw_fd(),
-                0,
-            )
-        };
+        let at = map_executable(&zero);
         assert_ne!(at, libc::MAP_FAILED, "/dev/zero maps executable here");
         let me = Target::inspect(std::process::id()).unwrap();
         let mapped = me.mappings.iter().find(|m| m.path == "/dev/zero");
@@ -475,18 +481,7 @@ mod tests {
         let path = dir.path().join("libmapped.so");
         std::fs::write(&path, b"the mapped file").unwrap();
         let file = std::fs::File::open(&path).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: a fresh private read+exec mapping of one page, unmapped below.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
+        let at = map_executable(&file);
         assert_ne!(at, libc::MAP_FAILED);
         let me = Target::inspect(std::process::id()).unwrap();
         let name = path.to_str().unwrap();
