@@ -33,8 +33,10 @@
 //!
 //! # How it stays correct inside the allocator
 //! * **No allocation while recording.** Events go into a preallocated buffer behind
-//!   one mutex; when it is full, events are dropped and counted (a `lost` record
-//!   with reason `buffer-full`), never grown.
+//!   one mutex, never grown. When it is full a thread waits for the writer to
+//!   take it rather than drop an event (a dropped free reads as a block kept);
+//!   only a writer stalled for 100 ms (its reader stopped reading) has threads
+//!   drop events, counted (a `lost` record with reason `buffer-full`).
 //! * **No re-entry.** A const-initialized thread-local flag marks "inside the
 //!   recorder"; allocations made there (e.g. the first lookup of a thread's stack
 //!   bounds) pass straight to the inner allocator without being recorded.

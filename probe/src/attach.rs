@@ -58,6 +58,8 @@ pub struct AttachOptions {
     /// each program's runs and mean time in the outcome: what the probe's own
     /// code costs the target per call.
     pub bpf_stats: bool,
+    /// Use the eBPF probes even when the process could record itself.
+    pub ebpf: bool,
 }
 
 /// Removes a recording that never started: an error before every probe was
@@ -126,6 +128,7 @@ pub async fn attach(
     // A process that records itself (leakscope_inproc::Alloc, listening)
     // needs no eBPF and no root: it is asked to.
     if !options.bare
+        && !options.ebpf
         && let Some(stream) = crate::cooperative::connect(options.pid)
     {
         return crate::cooperative::record(stream, &options, &mut stop_signals, &mut on_event)

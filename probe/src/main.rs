@@ -19,7 +19,7 @@ use leakscope_recording::preset::Preset;
 #[derive(Debug, Parser)]
 #[command(
     version,
-    about = "Record which code keeps memory alive in a running process (eBPF uprobes)"
+    about = "Record which code keeps memory alive in a running process (eBPF uprobes, or the process's own cooperative allocator)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -57,6 +57,11 @@ enum Command {
         /// probe's own cost per call in the target, measured by the kernel).
         #[arg(long)]
         bpf_stats: bool,
+        /// Record with eBPF uprobes (as root) even when the process records
+        /// itself (its allocator is `leakscope_inproc::Alloc`, listening): to
+        /// see its C allocations too, or to compare the two modes.
+        #[arg(long)]
+        ebpf: bool,
     },
     /// Which lifecycle functions a preset finds in an executable, scope by scope
     /// (what `attach` would probe), without attaching. Exits 1 when a scope the
@@ -99,6 +104,7 @@ async fn run(cli: Cli) -> Result<()> {
             ring_buffer_mib,
             bare,
             bpf_stats,
+            ebpf,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -129,6 +135,7 @@ async fn run(cli: Cli) -> Result<()> {
                     ring_buffer_bytes: ring_buffer_mib << 20,
                     bare,
                     bpf_stats,
+                    ebpf,
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
