@@ -77,6 +77,37 @@ impl<A: GlobalAlloc> Alloc<A> {
         }
     }
 
+    /// Resizes one of leakscope's own blocks over dhat: the new block comes
+    /// from `System`, and the old one goes back through dhat, which forgets
+    /// it if it had it. A block leakscope keeps may have been made through
+    /// dhat (a writer buffer first grown on the thread that started the
+    /// recorder, outside it): `System.realloc` freed it behind dhat's back,
+    /// and dhat later panicked (`assertion failed: matches!(old, None)`)
+    /// when the address came back (`heap_profile_fixed.rs`).
+    #[cold]
+    unsafe fn own_realloc_over_dhat(
+        &self,
+        block: *mut u8,
+        layout: Layout,
+        new_size: usize,
+    ) -> *mut u8 {
+        // SAFETY: the caller's `new_size`, rounded up to `align`, does not
+        // overflow (GlobalAlloc::realloc's contract).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: forwarded contract; `new_size` is non-zero.
+        let new = unsafe { System.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are valid for the smaller size and distinct;
+            // `block` was allocated by this allocator with `layout`. dhat
+            // frees a block it never saw through System.
+            unsafe {
+                std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size));
+                self.inner.dealloc(block, layout);
+            }
+        }
+        new
+    }
+
     #[cold]
     unsafe fn alloc_slow(&self, layout: Layout, zeroed: bool, mode: Mode) -> *mut u8 {
         if mode == Mode::Forked || inside_recorder() {
@@ -149,12 +180,22 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             // SAFETY: forwarded contract.
             return unsafe { self.inner.realloc(block, layout, new_size) };
         }
-        if mode == Mode::Forked || inside_recorder() {
+        if mode == Mode::Forked {
+            // SAFETY: forwarded contract (dhat only wraps System, and must not
+            // be entered in a forked child).
+            return unsafe {
+                match self.own {
+                    Own::System => System.realloc(block, layout, new_size),
+                    Own::Inner => self.inner.realloc(block, layout, new_size),
+                }
+            };
+        }
+        if inside_recorder() {
             // Only leakscope's own blocks are resized inside the recorder.
             // SAFETY: forwarded contract.
             return unsafe {
                 match self.own {
-                    Own::System => System.realloc(block, layout, new_size),
+                    Own::System => self.own_realloc_over_dhat(block, layout, new_size),
                     Own::Inner => self.inner.realloc(block, layout, new_size),
                 }
             };

@@ -75,6 +75,11 @@ struct Shared {
     swapped: Condvar,
     /// The writer did not take a full buffer within [`STALL`].
     stalled: AtomicBool,
+    /// The writer's spare buffer between two recordings: made (and its pages
+    /// touched) once per process, so a recording started again does not page
+    /// 15 MiB in while the application runs: a recording of 100,000 `Box`
+    /// pairs started afresh took 135-150 ns a pair instead of 122-128.
+    spare: Mutex<Option<Vec<RawEvent>>>,
     facts: Mutex<Vec<String>>,
     lost: AtomicU64,
 }
@@ -228,6 +233,15 @@ fn push(shared: &Shared, event: RawEvent) {
             shared.stalled.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// An empty event buffer whose pages are all touched already.
+fn event_buffer() -> Vec<RawEvent> {
+    let mut buffer = Vec::<RawEvent>::with_capacity(BUFFER_EVENTS);
+    // SAFETY: writes zeros within the buffer's capacity, which it owns; the
+    // length stays 0, so nothing reads them as events.
+    unsafe { std::ptr::write_bytes(buffer.as_mut_ptr(), 0, buffer.capacity()) };
+    buffer
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -480,10 +494,11 @@ impl Recorder {
         }
         writer.flush()?;
         let shared = SHARED.get_or_init(|| Shared {
-            buffer: Mutex::new(Vec::with_capacity(BUFFER_EVENTS)),
+            buffer: Mutex::new(event_buffer()),
             drain: Condvar::new(),
             swapped: Condvar::new(),
             stalled: AtomicBool::new(false),
+            spare: Mutex::new(None),
             facts: Mutex::new(Vec::new()),
             lost: AtomicU64::new(0),
         });
@@ -498,8 +513,8 @@ impl Recorder {
         stop_recording_in_forked_children();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
-        // Allocated here, so the recorder's memory is all taken before start returns.
-        let spare = Vec::with_capacity(BUFFER_EVENTS);
+        // Taken here, so the recorder's memory is all there before start returns.
+        let spare = lock(&shared.spare).take().unwrap_or_else(event_buffer);
         let writer = std::thread::Builder::new()
             .name("leakscope-writer".into())
             .spawn(move || write_loop(shared, writer, spare, &thread_stop))?;
@@ -596,6 +611,8 @@ fn write_loop(
 ) -> std::io::Result<()> {
     let _ = IN_RECORDER.try_with(|flag| flag.set(true));
     let written = write_until_stopped(shared, &mut writer, &mut spare, stop);
+    spare.clear();
+    *lock(&shared.spare) = Some(spare);
     if written.is_err() {
         // Nobody will write what the threads record: they stop paying for it
         // at once. The error is the recorder's result (`finish`, or its drop).
