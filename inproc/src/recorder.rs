@@ -483,16 +483,6 @@ impl Recorder {
             }
             Sink::Stream(out, name) => (out, name),
         };
-        let mut writer = RecordingWriter::new(out, &header)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        for mapping in target.mappings {
-            writer.push(Record::Mapping(mapping))?;
-        }
-        let origin = TRACE_ORIGIN.load(Ordering::SeqCst);
-        if origin != 0 {
-            writer.push(Record::TraceOrigin { ts: origin })?;
-        }
-        writer.flush()?;
         let shared = SHARED.get_or_init(|| Shared {
             buffer: Mutex::new(event_buffer()),
             drain: Condvar::new(),
@@ -502,11 +492,7 @@ impl Recorder {
             facts: Mutex::new(Vec::new()),
             lost: AtomicU64::new(0),
         });
-        shared
-            .buffer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        lock(&shared.buffer).clear();
         // A new recording starts its own count of dropped events.
         shared.lost.store(0, Ordering::SeqCst);
         shared.stalled.store(false, Ordering::SeqCst);
@@ -515,10 +501,43 @@ impl Recorder {
         let thread_stop = stop.clone();
         // Taken here, so the recorder's memory is all there before start returns.
         let spare = lock(&shared.spare).take().unwrap_or_else(event_buffer);
+        // Recording goes on before the header goes out: whoever reads the
+        // recording (attach, which then says it is attached) has every event
+        // from there. The header used to go first, and the first sessions a
+        // client made on "attached" were missed (16 of 20 in one CI run). The
+        // writer thread is made before, so its own start is not recorded, and
+        // waits for it; what is pushed meanwhile waits in the buffer.
+        let (ready, header_written) = std::sync::mpsc::sync_channel::<Result<(), String>>(1);
+        let mappings = target.mappings;
+        let name = path.clone();
         let writer = std::thread::Builder::new()
             .name("leakscope-writer".into())
-            .spawn(move || write_loop(shared, writer, spare, &thread_stop))?;
+            .spawn(move || {
+                let _ = IN_RECORDER.try_with(|flag| flag.set(true));
+                while mode() == Mode::Busy {
+                    std::thread::park();
+                }
+                let begun = begin(out, &header, mappings)
+                    .with_context(|| format!("cannot write {}", name.display()));
+                let _ = ready.send(begun.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+                match begun {
+                    Ok(writer) => write_loop(shared, writer, spare, &thread_stop),
+                    Err(_) => Ok(()),
+                }
+            })?;
         set_mode(Mode::On);
+        writer.thread().unpark();
+        match header_written.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                let _ = writer.join();
+                bail!(why);
+            }
+            Err(_) => {
+                let _ = writer.join();
+                bail!("the recording writer stopped before writing the header");
+            }
+        }
         Ok(Self {
             stop,
             writer: Some(writer),
@@ -599,6 +618,25 @@ pub fn start(path: impl AsRef<Path>) -> Result<Guard> {
         recorder: Some(recorder),
         profiler: Some(profiler),
     })
+}
+
+/// Writes the header and what comes before the events: the mappings, and
+/// the application trace's time zero when there is one.
+fn begin(
+    out: Box<dyn Write + Send>,
+    header: &Header,
+    mappings: Vec<leakscope_recording::Mapping>,
+) -> Result<Writer> {
+    let mut writer = RecordingWriter::new(out, header)?;
+    for mapping in mappings {
+        writer.push(Record::Mapping(mapping))?;
+    }
+    let origin = TRACE_ORIGIN.load(Ordering::SeqCst);
+    if origin != 0 {
+        writer.push(Record::TraceOrigin { ts: origin })?;
+    }
+    writer.flush()?;
+    Ok(writer)
 }
 
 /// The writer thread: swaps the full buffer for its spare every 10 ms and turns
