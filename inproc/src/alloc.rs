@@ -3,8 +3,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
-use super::recorder::{Mode, inside_recorder, mode, now_ns, record_memory, record_realloc};
-use super::recorder::{RawKind, untracked};
+use super::recorder::mode::{Mode, mode};
+use super::recorder::own;
+use super::recorder::{RawKind, now_ns, record_memory, record_realloc};
 
 /// leakscope's global allocator over `A`: records each call while a
 /// [`Recorder`](super::Recorder) runs, and otherwise costs one relaxed load
@@ -110,12 +111,12 @@ impl<A: GlobalAlloc> Alloc<A> {
 
     #[cold]
     unsafe fn alloc_slow(&self, layout: Layout, zeroed: bool, mode: Mode) -> *mut u8 {
-        if mode == Mode::Forked || inside_recorder() {
+        if mode == Mode::Forked || own::active() {
             // SAFETY: forwarded contract.
             return unsafe { self.own_alloc(layout, zeroed) };
         }
         // SAFETY: forwarded contract.
-        let (block, outermost) = untracked(|| unsafe {
+        let (block, outermost) = own::run(|| unsafe {
             if zeroed {
                 self.inner.alloc_zeroed(layout)
             } else {
@@ -168,7 +169,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
                 // Recorded before the block goes back, so its address cannot be reused first.
                 record_memory(RawKind::Free, block as u64, 0, 0);
                 // SAFETY: forwarded contract.
-                untracked(|| unsafe { self.inner.dealloc(block, layout) });
+                own::run(|| unsafe { self.inner.dealloc(block, layout) });
             }
         }
     }
@@ -190,7 +191,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
                 }
             };
         }
-        if inside_recorder() {
+        if own::active() {
             // Only leakscope's own blocks are resized inside the recorder.
             // SAFETY: forwarded contract.
             return unsafe {
@@ -204,7 +205,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         // its address before this realloc is recorded. The entry time tells.
         let entered = now_ns();
         // SAFETY: forwarded contract.
-        let (new, outermost) = untracked(|| unsafe { self.inner.realloc(block, layout, new_size) });
+        let (new, outermost) = own::run(|| unsafe { self.inner.realloc(block, layout, new_size) });
         if mode == Mode::On && outermost && !new.is_null() {
             record_realloc(new as u64, block as u64, new_size as u64, entered);
         }

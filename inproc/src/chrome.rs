@@ -40,7 +40,8 @@ use tracing_subscriber::registry::LookupSpan;
 
 pub use tracing_chrome::FlushGuard;
 
-use crate::recorder::{now_ns, quiet_thread, quietly, set_trace_origin};
+use crate::recorder::own::{mark_thread, quietly};
+use crate::recorder::{now_ns, set_trace_origin};
 
 /// A `tracing-chrome` layer writing `path`, with its time zero noted in the
 /// running recording (and in every recording started later). Drop the
@@ -102,12 +103,12 @@ struct QuietWriter(std::fs::File);
 
 impl Write for QuietWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        quiet_thread();
+        mark_thread();
         self.0.write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        quiet_thread();
+        mark_thread();
         self.0.flush()
     }
 }

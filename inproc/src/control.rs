@@ -14,7 +14,8 @@ use anyhow::{Context, Result};
 
 use leakscope_recording::control::{ERROR_PREFIX, RECORD_REQUEST, peer, socket_name};
 
-use super::recorder::{Recorder, quiet_thread};
+use super::recorder::Recorder;
+use super::recorder::own::mark_thread;
 
 /// Opens this process's control socket and serves it on a thread of its own,
 /// so that `leakscope-probe attach --pid PID` can switch recording on (no
@@ -39,7 +40,7 @@ pub fn listen() -> std::io::Result<()> {
         .name("leakscope-control".into())
         .spawn(move || {
             // Everything this thread allocates is leakscope's own.
-            quiet_thread();
+            mark_thread();
             for connection in listener.incoming() {
                 let Ok(connection) = connection else { continue };
                 if let Err(e) = serve(connection) {

@@ -7,8 +7,9 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::recorder::own::quietly;
 use super::recorder::{
-    RawKind, quietly, record_scope, record_session_created, record_session_id, record_task_spawned,
+    RawKind, record_scope, record_session_created, record_session_id, record_task_spawned,
 };
 
 /// Per-span state kept in the registry's extensions.

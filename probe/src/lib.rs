@@ -5,7 +5,8 @@
 //! `leakscope_recording::target` (the process, its mappings) -> [`symbols`] +
 //! `leakscope_recording::preset` (which functions) -> [`plan`] (which program
 //! where, [`attach_offset`] picks cheap offsets) -> [`loader`] (aya) -> [`capture`]
-//! (ring buffer -> `leakscope_recording::RecordingWriter`), driven by [`attach`];
+//! (ring buffer -> `leakscope_recording::RecordingWriter`), driven by [`attach`]
+//! (which asks a process that records itself to, instead, when it can);
 //! [`trampoline`] tells the programs where the kernel's uretprobe trampoline is.
 //!
 //! The recording format lives in `leakscope-recording` and the in-process mode in
@@ -15,7 +16,6 @@
 pub mod attach;
 pub mod attach_offset;
 pub mod capture;
-pub mod cooperative;
 pub mod loader;
 pub mod plan;
 pub mod symbols;

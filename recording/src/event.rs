@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::frame_pointers::FramePointers;
+use crate::sampling::Sampling;
 
 /// Index of a [`Record::Stack`] in this recording.
 pub type StackId = u32;
@@ -135,6 +136,9 @@ pub struct Header {
     /// Whether the executable's code keeps frame pointers, which every stack
     /// walk here needs (read from its code by the producer; format 5).
     pub frame_pointers: FramePointers,
+    /// Which allocations were recorded: every one, or a sample by bytes
+    /// whose figures are estimates (format 8).
+    pub sampling: Sampling,
 }
 
 /// The process a recording is of, as plain values (a producer reads them:
@@ -166,6 +170,7 @@ impl Header {
             rmcp_version: target.rmcp_version,
             settings,
             frame_pointers: FramePointers::Unknown,
+            sampling: Sampling::Every,
         }
     }
 }

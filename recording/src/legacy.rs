@@ -8,6 +8,7 @@ use crate::event::{
     ScopeKind, SessionFact, Settings, StackId,
 };
 use crate::frame_pointers::FramePointers;
+use crate::sampling::Sampling;
 
 /// A record of format version 1: as today's, but `Realloc` has no `entry_ts`.
 /// The variants keep their order (postcard encodes the index).
@@ -166,6 +167,7 @@ impl From<HeaderV1> for Header {
             clock: v1.clock,
             rmcp_version,
             frame_pointers: FramePointers::Unknown,
+            sampling: Sampling::Every,
             settings: Settings {
                 alloc_layer,
                 alloc_layer_reason,
@@ -206,6 +208,39 @@ impl From<HeaderV4> for Header {
             rmcp_version: v4.rmcp_version,
             settings: v4.settings,
             frame_pointers: FramePointers::Unknown,
+            sampling: Sampling::Every,
+        }
+    }
+}
+
+/// The header of format versions 5 to 7: today's without `sampling` (every
+/// call was recorded).
+#[derive(Deserialize)]
+pub(crate) struct HeaderV7 {
+    producer: Producer,
+    producer_version: String,
+    pid: u32,
+    exe: String,
+    build_id: Option<String>,
+    clock: ClockOrigin,
+    rmcp_version: Option<String>,
+    settings: Settings,
+    frame_pointers: FramePointers,
+}
+
+impl From<HeaderV7> for Header {
+    fn from(v7: HeaderV7) -> Self {
+        Header {
+            producer: v7.producer,
+            producer_version: v7.producer_version,
+            pid: v7.pid,
+            exe: v7.exe,
+            build_id: v7.build_id,
+            clock: v7.clock,
+            rmcp_version: v7.rmcp_version,
+            settings: v7.settings,
+            frame_pointers: v7.frame_pointers,
+            sampling: Sampling::Every,
         }
     }
 }

@@ -28,6 +28,7 @@ mod legacy;
 pub mod output;
 pub mod preset;
 mod reader;
+pub mod sampling;
 pub mod target;
 mod writer;
 
@@ -59,7 +60,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   reads as is.
 /// * 7: `LostReason::Malformed` (appended: records the kernel sent that did
 ///   not decode). Version 6 reads as is.
-pub const FORMAT_VERSION: u32 = 7;
+/// * 8: [`Header::sampling`] (a recording may hold a sample of the
+///   allocations). Versions 5 to 7 read as recordings of every call.
+pub const FORMAT_VERSION: u32 = 8;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -31,6 +31,7 @@ fn header() -> Header {
             notes: vec!["key: value".into()],
         },
         frame_pointers: FramePointers::Kept,
+        sampling: crate::sampling::Sampling::Bytes { mean: 512 * 1024 },
     }
 }
 
@@ -326,6 +327,7 @@ fn reads_format_version_4() {
         reader.header(),
         &Header {
             frame_pointers: FramePointers::Unknown,
+            sampling: crate::sampling::Sampling::Every,
             ..today
         }
     );
@@ -414,4 +416,49 @@ fn a_frame_past_the_cap_is_a_torn_tail() {
     bytes.extend_from_slice(&crc32fast::hash(&big).to_le_bytes());
     bytes.extend_from_slice(&big);
     assert!(torn(&bytes).contains("a frame expands past"));
+}
+
+/// A recording of format 7 (no `sampling` in its header) reads as one of
+/// every call.
+#[test]
+fn a_version_7_header_reads_as_every_call() {
+    #[derive(serde::Serialize)]
+    struct HeaderV7 {
+        producer: Producer,
+        producer_version: String,
+        pid: u32,
+        exe: String,
+        build_id: Option<String>,
+        clock: ClockOrigin,
+        rmcp_version: Option<String>,
+        settings: Settings,
+        frame_pointers: FramePointers,
+    }
+    let today = header();
+    let v7 = HeaderV7 {
+        producer: today.producer,
+        producer_version: today.producer_version.clone(),
+        pid: today.pid,
+        exe: today.exe.clone(),
+        build_id: today.build_id.clone(),
+        clock: today.clock,
+        rmcp_version: today.rmcp_version.clone(),
+        settings: today.settings.clone(),
+        frame_pointers: today.frame_pointers,
+    };
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&7u32.to_le_bytes());
+    let payload = postcard::to_stdvec(&v7).unwrap();
+    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    let reader = RecordingReader::new(&bytes[..], Path::new("v7.lsrec")).unwrap();
+    assert_eq!(reader.format_version(), 7);
+    assert_eq!(
+        reader.header(),
+        &Header {
+            sampling: crate::sampling::Sampling::Every,
+            ..today
+        }
+    );
 }

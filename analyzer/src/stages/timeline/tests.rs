@@ -37,6 +37,7 @@ fn header() -> Header {
             notes: vec![],
         },
         frame_pointers: leakscope_recording::FramePointers::Unknown,
+        sampling: leakscope_recording::sampling::Sampling::Every,
     }
 }
 

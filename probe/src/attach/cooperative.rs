@@ -5,7 +5,6 @@
 //! ending it (`--duration`, Ctrl-C, the target's exit) the same way as an
 //! eBPF recording. The protocol is `leakscope_recording::control`'s.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
@@ -20,8 +19,9 @@ use leakscope_recording::{
     monotonic_ns,
 };
 
-use crate::attach::{AttachEvent, AttachOptions, AttachOutcome, StopSignals};
-use crate::capture::Stats;
+use super::{
+    AttachEvent, AttachOptions, AttachOutcome, LiveBytes, NEVER, Stats, StopSignals, deadline,
+};
 
 /// The control socket of `pid`, if it has one and it is really `pid`'s (the
 /// kernel says which process listens on it: another one could have taken
@@ -86,11 +86,8 @@ pub(crate) async fn record(
     on_event(AttachEvent::InProcess { pid });
 
     let mut stats = Stats::default();
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    let deadline = options
-        .duration
-        .map(|d| tokio::time::Instant::now() + d)
-        .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400));
+    let mut live = LiveBytes::default();
+    let deadline = deadline(options.duration);
     let mut flush = tokio::time::interval(Duration::from_millis(100));
     let mut slow = tokio::time::interval(Duration::from_millis(500));
     let mut last = (Instant::now(), 0u64);
@@ -108,7 +105,7 @@ pub(crate) async fn record(
     // Once asked to stop, the process has this long to finish its recording
     // (a stopped or hung process must not hold the probe); a second Ctrl-C
     // does not wait at all.
-    let mut give_up = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400);
+    let mut give_up = tokio::time::Instant::now() + NEVER;
     let tail = loop {
         tokio::select! {
             _ = signals.interrupt.recv() => {
@@ -230,31 +227,21 @@ fn read_stream(stream: UnixStream, name: &str, sender: &tokio::sync::mpsc::Sende
 }
 
 /// The running figures of the live status line, from the records streamed.
-fn count(record: &Record, stats: &mut Stats, live: &mut HashMap<u64, u64>) {
+fn count(record: &Record, stats: &mut Stats, live: &mut LiveBytes) {
     stats.events += 1;
     match record {
         Record::Alloc { addr, size, .. } => {
             stats.allocs += 1;
-            if let Some(old) = live.insert(*addr, *size) {
-                stats.live_bytes = stats.live_bytes.saturating_sub(old);
-            }
-            stats.live_bytes += size;
+            live.alloc(stats, *addr, *size);
         }
         Record::Realloc { old, new, size, .. } => {
             stats.allocs += 1;
-            if let Some(before) = live.remove(old) {
-                stats.live_bytes = stats.live_bytes.saturating_sub(before);
-            }
-            if *new != 0 {
-                live.insert(*new, *size);
-                stats.live_bytes += size;
-            }
+            live.free(stats, *old);
+            live.alloc(stats, *new, *size);
         }
         Record::Free { addr, .. } => {
             stats.frees += 1;
-            if let Some(size) = live.remove(addr) {
-                stats.live_bytes = stats.live_bytes.saturating_sub(size);
-            }
+            live.free(stats, *addr);
         }
         Record::Session {
             fact: SessionFact::Created(_),

@@ -1,0 +1,142 @@
+//! What the allocator and the session layer call to record an event.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use leakscope_recording::monotonic_ns;
+
+use super::buffer::{RawEvent, RawKind, Shared, lock, push, shared};
+use super::mode::{Mode, mode};
+use super::own;
+use crate::stack::{DEPTH, walk};
+
+thread_local! {
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+fn tid() -> u32 {
+    TID.try_with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::gettid() } as u32);
+        }
+        t.get()
+    })
+    .unwrap_or(0)
+}
+
+/// Runs `f` unless recording is off or this thread is doing leakscope's own
+/// work already (what it records then would be leakscope's).
+#[inline]
+fn guarded(f: impl FnOnce(&Shared)) {
+    if mode() != Mode::On {
+        return;
+    }
+    let Some(shared) = shared() else {
+        return;
+    };
+    if !own::enter() {
+        return;
+    }
+    f(shared);
+    own::leave();
+}
+
+fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
+    event_entered(kind, addr, old, size, with_stack, 0)
+}
+
+fn event_entered(
+    kind: RawKind,
+    addr: u64,
+    old: u64,
+    size: u64,
+    with_stack: bool,
+    entry_ts: u64,
+) -> RawEvent {
+    let mut frames = [0u64; DEPTH];
+    let depth = if with_stack { walk(&mut frames) } else { 0 };
+    RawEvent {
+        kind,
+        tid: tid(),
+        ts: monotonic_ns(),
+        addr,
+        old,
+        size,
+        entry_ts,
+        depth: depth as u8,
+        frames,
+    }
+}
+
+/// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
+pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
+    guarded(|shared| push(shared, event(kind, addr, old, size, kind != RawKind::Free)));
+}
+
+/// Called by the allocator after a realloc that was entered at `entry_ts`.
+pub(crate) fn record_realloc(new: u64, old: u64, size: u64, entry_ts: u64) {
+    guarded(|shared| {
+        push(
+            shared,
+            event_entered(RawKind::Realloc, new, old, size, true, entry_ts),
+        )
+    });
+}
+
+/// The clock of every record, for a realloc's entry time.
+pub(crate) fn now_ns() -> u64 {
+    monotonic_ns()
+}
+
+/// Called by the session layer.
+pub(crate) fn record_scope(kind: RawKind, key: u64) {
+    guarded(|shared| push(shared, event(kind, key, 0, 0, false)));
+}
+
+/// Called by the session layer: a tokio task was spawned here (its span `key`
+/// was just made); the stack says by whom.
+pub(crate) fn record_task_spawned(key: u64) {
+    guarded(|shared| push(shared, event(RawKind::TaskSpawned, key, 0, 0, true)));
+}
+
+/// Called by the session layer: the session id of the innermost open span on this thread.
+/// The id string and the growth of the facts table are allocated as
+/// leakscope's own work, so they are never recorded: the recorder's memory is
+/// not the application's.
+pub(crate) fn record_session_id(id: &str) {
+    record_fact(RawKind::SessionId, id);
+}
+
+/// A session with this id was just created on this thread (see `SessionFact::Created`).
+pub(crate) fn record_session_created(id: &str) {
+    record_fact(RawKind::SessionCreated, id);
+}
+
+fn record_fact(kind: RawKind, id: &str) {
+    guarded(|shared| {
+        let index = {
+            let mut facts = lock(&shared.facts);
+            facts.push(id.to_owned());
+            facts.len() as u64 - 1
+        };
+        push(shared, event(kind, index, 0, 0, false));
+    });
+}
+
+/// Time zero of the application trace (`chrome_layer`), 0 when there is none:
+/// a recorder started later writes it first.
+static TRACE_ORIGIN: AtomicU64 = AtomicU64::new(0);
+
+/// An application trace counts its time from `ts` (monotonic ns): written into
+/// the running recording, and into every recording started later.
+#[cfg_attr(not(feature = "chrome"), allow(dead_code))]
+pub(crate) fn set_trace_origin(ts: u64) {
+    TRACE_ORIGIN.store(ts, Ordering::SeqCst);
+    guarded(|shared| push(shared, event(RawKind::TraceOrigin, ts, 0, 0, false)));
+}
+
+/// The application trace's time zero, 0 when there is none.
+pub(super) fn trace_origin() -> u64 {
+    TRACE_ORIGIN.load(Ordering::SeqCst)
+}

@@ -1,0 +1,197 @@
+//! The writer thread: swaps the full buffer for its spare and turns raw
+//! events into records, outside the lock the recording threads push under.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Result;
+use leakscope_recording::{
+    EndReason, Header, LostReason, Mapping, Phase, Record, RecordingWriter, ScopeKind, SessionFact,
+    TaskEvent, monotonic_ns,
+};
+
+use super::buffer::{RawEvent, RawKind, Shared, lock};
+use super::events::trace_origin;
+use super::mode::{Mode, set_mode};
+use super::own;
+
+/// The writer of a recording, wherever it goes.
+pub(super) type Writer = RecordingWriter<Box<dyn Write + Send>>;
+
+/// Writes the header and what comes before the events: the mappings, and
+/// the application trace's time zero when there is one.
+pub(super) fn begin(
+    out: Box<dyn Write + Send>,
+    header: &Header,
+    mappings: Vec<Mapping>,
+) -> Result<Writer> {
+    let mut writer = RecordingWriter::new(out, header)?;
+    for mapping in mappings {
+        writer.push(Record::Mapping(mapping))?;
+    }
+    let origin = trace_origin();
+    if origin != 0 {
+        writer.push(Record::TraceOrigin { ts: origin })?;
+    }
+    writer.flush()?;
+    Ok(writer)
+}
+
+/// The writer thread: swaps the full buffer for its spare every 10 ms and turns
+/// raw events into records. Its own allocations are never recorded.
+pub(super) fn write_loop(
+    shared: &'static Shared,
+    mut writer: Writer,
+    mut spare: Vec<RawEvent>,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    own::mark_thread();
+    let written = write_until_stopped(shared, &mut writer, &mut spare, stop);
+    spare.clear();
+    *lock(&shared.spare) = Some(spare);
+    if written.is_err() {
+        // Nobody will write what the threads record: they stop paying for it
+        // at once. The error is the recorder's result (`finish`, or its drop).
+        set_mode(Mode::Busy);
+    }
+    written?;
+    writer.finish(Record::End {
+        ts: monotonic_ns(),
+        reason: EndReason::Finished,
+    })?;
+    Ok(())
+}
+
+/// The writer's loop, until `stop` and the last swap.
+fn write_until_stopped(
+    shared: &'static Shared,
+    writer: &mut Writer,
+    spare: &mut Vec<RawEvent>,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    let mut lost_seen = 0;
+    loop {
+        // Recording is off before `stop` is set: this swap, under the lock
+        // the threads push under, is the last, and nothing is pushed after it.
+        let stopping = stop.load(Ordering::SeqCst);
+        {
+            let mut buffer = lock(&shared.buffer);
+            if !stopping && buffer.len() < buffer.capacity() / 2 {
+                // Until it is half full, or 10 ms.
+                buffer = shared
+                    .drain
+                    .wait_timeout(buffer, Duration::from_millis(10))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            std::mem::swap(&mut *buffer, spare);
+            shared.stalled.store(false, Ordering::Relaxed);
+            shared.swapped.notify_all();
+        }
+        // By reference: an event is ~240 B, and copying each out showed in
+        // the writer's profile.
+        for raw in spare.iter() {
+            convert(raw, shared, writer)?;
+        }
+        spare.clear();
+        let lost = shared.lost.load(Ordering::Relaxed);
+        if lost > lost_seen {
+            writer.push(Record::Lost {
+                ts: monotonic_ns(),
+                reason: LostReason::BufferFull,
+                count: lost - lost_seen,
+            })?;
+            lost_seen = lost;
+        }
+        writer.flush()?;
+        if stopping {
+            return Ok(());
+        }
+    }
+}
+
+fn convert(raw: &RawEvent, shared: &Shared, writer: &mut Writer) -> std::io::Result<()> {
+    let (ts, tid) = (raw.ts, raw.tid);
+    let frames = &raw.frames[..raw.depth as usize];
+    let record = match raw.kind {
+        RawKind::Alloc => Record::Alloc {
+            ts,
+            tid,
+            addr: raw.addr,
+            size: raw.size,
+            stack: writer.stack(frames)?,
+        },
+        RawKind::Realloc => Record::Realloc {
+            ts,
+            tid,
+            old: raw.old,
+            new: raw.addr,
+            size: raw.size,
+            stack: writer.stack(frames)?,
+            entry_ts: raw.entry_ts,
+        },
+        RawKind::Free => Record::Free {
+            ts,
+            tid,
+            addr: raw.addr,
+        },
+        RawKind::SpanEnter | RawKind::SpanExit => Record::Scope {
+            ts,
+            tid,
+            kind: ScopeKind::SessionSpan,
+            phase: if raw.kind == RawKind::SpanEnter {
+                Phase::Enter
+            } else {
+                Phase::Exit
+            },
+            arg: raw.addr,
+        },
+        RawKind::WorkerEnd => Record::Scope {
+            ts,
+            tid,
+            kind: ScopeKind::WorkerDrop,
+            phase: Phase::Enter,
+            arg: raw.addr,
+        },
+        RawKind::TraceOrigin => Record::TraceOrigin { ts: raw.addr },
+        RawKind::TaskSpawned | RawKind::TaskEnded => Record::Task {
+            ts,
+            tid,
+            id: raw.addr,
+            event: if raw.kind == RawKind::TaskSpawned {
+                TaskEvent::Spawned
+            } else {
+                TaskEvent::Ended
+            },
+            stack: writer.stack(frames)?,
+        },
+        RawKind::TaskPoll | RawKind::TaskPollEnd => Record::Scope {
+            ts,
+            tid,
+            kind: if raw.kind == RawKind::TaskPoll {
+                ScopeKind::TaskPoll
+            } else {
+                ScopeKind::TaskPollEnd
+            },
+            phase: Phase::Enter,
+            arg: raw.addr,
+        },
+        RawKind::SessionId | RawKind::SessionCreated => {
+            let id = lock(&shared.facts)
+                .get(raw.addr as usize)
+                .cloned()
+                .unwrap_or_default();
+            Record::Session {
+                ts,
+                tid,
+                fact: if raw.kind == RawKind::SessionId {
+                    SessionFact::Id(id)
+                } else {
+                    SessionFact::Created(id)
+                },
+            }
+        }
+    };
+    writer.push(record)
+}

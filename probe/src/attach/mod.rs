@@ -1,0 +1,159 @@
+//! `leakscope-probe attach`: record a running process until told to stop,
+//! through one of two backends that write the same recording:
+//!
+//! * [`cooperative`]: the process records itself (its global allocator is
+//!   `leakscope_inproc::Alloc` and it listens); it is asked to, over its
+//!   control socket. No eBPF, no root.
+//! * [`ebpf`]: uprobes on the allocator and the lifecycle functions, as root.
+//!
+//! Both take [`AttachOptions`], report [`AttachEvent`]s, end on the same
+//! [`StopSignals`], `--duration` or the target's exit, and return an
+//! [`AttachOutcome`] whose [`Stats`] the status line shows. This file holds
+//! what they share and import; [`entry`] chooses between them.
+
+mod cooperative;
+mod ebpf;
+mod entry;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leakscope_recording::EndReason;
+use leakscope_recording::output::{Existing, Owner};
+use leakscope_recording::preset::Preset;
+
+pub use cooperative::connect;
+pub use ebpf::LostCounters;
+pub use entry::attach;
+
+pub struct AttachOptions {
+    pub pid: u32,
+    pub out: PathBuf,
+    /// Whether an existing `out` may be replaced (never through a symbolic link).
+    pub existing: Existing,
+    /// Who the recording is handed to (the user who ran sudo), if not the runner.
+    pub owner: Option<Owner>,
+    pub duration: Option<Duration>,
+    pub preset: Preset,
+    pub ring_buffer_bytes: u32,
+    /// Attach no-op programs at the same points (benchmarks: the uprobe floor).
+    pub bare: bool,
+    /// Have the kernel time every program run (BPF_ENABLE_STATS), and report
+    /// each program's runs and mean time in the outcome: what the probe's own
+    /// code costs the target per call.
+    pub bpf_stats: bool,
+    /// Use the eBPF probes even when the process could record itself.
+    pub ebpf: bool,
+}
+
+/// What [`attach`] reports while it runs; the caller decides what to show.
+#[derive(Debug)]
+pub enum AttachEvent<'a> {
+    /// Something the user should know (e.g. no lifecycle function was found).
+    Warning(String),
+    /// Every probe is in place: events are being recorded from now on.
+    Attached { pid: u32, probes: usize },
+    /// The process records itself (its global allocator is
+    /// `leakscope_inproc::Alloc`) and has started to: no probe was needed.
+    InProcess { pid: u32 },
+    /// Twice a second while recording: the running figures and the event rate.
+    Progress { stats: &'a Stats, events_per_s: f64 },
+}
+
+/// What the run produced.
+#[derive(Debug)]
+pub struct AttachOutcome {
+    pub stats: Stats,
+    pub end: EndReason,
+    /// Per program, when [`AttachOptions::bpf_stats`] asked for it; programs
+    /// that never ran are left out.
+    pub programs: Vec<ProgramStats>,
+}
+
+/// One eBPF program's runs while attached (with [`AttachOptions::bpf_stats`]).
+#[derive(Debug, Clone)]
+pub struct ProgramStats {
+    pub program: &'static str,
+    pub runs: u64,
+    pub run_time: Duration,
+    /// Instructions the kernel's verifier processed to load the program: how
+    /// close it is to the 1 M limit past which a kernel refuses it.
+    pub verified_insns: Option<u32>,
+}
+
+/// The signals that end a recording, installed before anything else so that
+/// one that comes while attaching finishes the recording instead of killing
+/// the probe.
+pub(crate) struct StopSignals {
+    pub(crate) interrupt: tokio::signal::unix::Signal,
+    pub(crate) terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+}
+
+/// When a recording of `duration` ends: never, without one (a century on).
+pub(crate) fn deadline(duration: Option<Duration>) -> tokio::time::Instant {
+    tokio::time::Instant::now() + duration.unwrap_or(NEVER)
+}
+
+/// A deadline that never comes.
+pub(crate) const NEVER: Duration = Duration::from_secs(100 * 365 * 86400);
+
+/// Running figures for the live status line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub events: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub live_bytes: u64,
+    pub sessions_born: u64,
+    pub workers_ended: u64,
+    pub lost: u64,
+    /// Records the kernel sent that we could not decode (should stay 0).
+    pub malformed: u64,
+    /// Allocation entries or returns whose other half never came.
+    pub unpaired: u64,
+    /// Stacks cut short at a uretprobe trampoline whose call's entry (and so
+    /// its real return address) was not seen: a dropped record, a call that
+    /// began while the probes were being attached, or another tool's
+    /// uretprobe on the target. Not counted for an executable built without
+    /// frame pointers, whose walks past the first frame read stale stack.
+    pub trampolines_unresolved: u64,
+}
+
+/// The live blocks a recording has seen (address -> size), for the status
+/// line's live bytes only: the analyzer reads the recording itself. Both
+/// backends count with it, so the figure means the same in both.
+#[derive(Debug, Default)]
+pub struct LiveBytes {
+    blocks: HashMap<u64, u64>,
+}
+
+impl LiveBytes {
+    /// A block of `size` bytes at `addr` was made.
+    pub fn alloc(&mut self, stats: &mut Stats, addr: u64, size: u64) {
+        if addr == 0 {
+            return;
+        }
+        if let Some(old) = self.blocks.insert(addr, size) {
+            stats.live_bytes = stats.live_bytes.saturating_sub(old);
+        }
+        stats.live_bytes += size;
+    }
+
+    /// The block at `addr` went back.
+    pub fn free(&mut self, stats: &mut Stats, addr: u64) {
+        if let Some(size) = self.blocks.remove(&addr) {
+            stats.live_bytes = stats.live_bytes.saturating_sub(size);
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Pairing an allocation's entry with its return, per thread by stack
+//! pointer, and keeping only a thread's outermost allocator call (see the
+//! module docs of [`super`]).
+
+use std::io;
+
+use leakscope_probe_ebpf::{
+    ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, RETURN_SP_OFFSET,
+};
+use leakscope_recording::{Record, monotonic_ns};
+
+use super::Capture;
+
+/// Allocator calls in progress on one thread, outermost first.
+pub(super) type InProgress = Vec<AllocEnterRecord>;
+
+/// More calls in progress on one thread than any real nesting: entries whose
+/// returns were lost pile up here, and the oldest are let go.
+const MAX_NESTED_CALLS: usize = 16;
+
+/// Threads with calls in progress beyond this are forgotten at once (their
+/// returns were lost: a thread with a call in progress is inside the allocator).
+pub(super) const MAX_THREADS_IN_PROGRESS: usize = 65_536;
+
+/// A call still open this long before a nested call began is not really
+/// open: its return was dropped. Allocator calls take microseconds; this
+/// leaves room for a thread descheduled inside one.
+pub(super) const STALE_CALL_NS: u64 = 1_000_000_000;
+
+impl<W: io::Write> Capture<W> {
+    pub(super) fn enter(&mut self, mut enter: AllocEnterRecord) {
+        if enter.header.ts_ns == 0 {
+            // The kernel times realloc's entries only (see `AllocEnterRecord`);
+            // the others are timed on arrival, a drain period late at most
+            // unless the ring buffer is backed up: late enough to judge a call
+            // open for a second, and never earlier than the call.
+            enter.header.ts_ns = monotonic_ns();
+        }
+        if self.in_progress.len() >= MAX_THREADS_IN_PROGRESS
+            && !self.in_progress.contains_key(&enter.header.tid)
+        {
+            let stale = self.in_progress.values().map(|c| c.len() as u64).sum();
+            self.in_progress.clear();
+            self.lost_returns(enter.header.ts_ns, stale);
+        }
+        let calls = self.in_progress.entry(enter.header.tid).or_default();
+        // Open calls this one cannot be nested in had their returns dropped: one
+        // deeper than it (a lower stack pointer), or one still open although a
+        // record was dropped since it began, or long ago.
+        let before = calls.len();
+        calls.retain(|open| {
+            open.sp >= enter.sp
+                && open.drops == enter.drops
+                && enter.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS
+        });
+        let mut stale = (before - calls.len()) as u64;
+        if calls.len() == MAX_NESTED_CALLS {
+            calls.remove(0);
+            stale += 1;
+        }
+        calls.push(enter);
+        self.lost_returns(enter.header.ts_ns, stale);
+    }
+
+    /// Allocator calls whose returns the ring buffer dropped: each is an
+    /// allocation not recorded. (The kernel counts a dropped entry itself, and
+    /// not a dropped return, so that a call whose two records were both dropped
+    /// counts once.)
+    pub(super) fn lost_returns(&mut self, ts: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.stats.lost += count;
+        self.stats.unpaired += count;
+        let _ = self.writer.push(Record::Lost {
+            ts,
+            reason: leakscope_recording::LostReason::RingFull,
+            count,
+        });
+    }
+
+    /// A return: pairs it with its entry and records the block if the call was
+    /// its thread's outermost.
+    pub(super) fn exit(&mut self, exit: &AllocExitRecord) -> io::Result<()> {
+        let tid = exit.header.tid;
+        let Some(calls) = self.in_progress.get_mut(&tid) else {
+            // Its entry was dropped (and counted by the kernel).
+            self.stats.unpaired += 1;
+            return Ok(());
+        };
+        let entry_sp = exit.sp.wrapping_sub(RETURN_SP_OFFSET);
+        // Innermost first: the entry of this return. Calls entered after it
+        // (deeper) were nested in it and lost their returns.
+        let Some(at) = calls.iter().rposition(|c| c.sp == entry_sp) else {
+            self.stats.unpaired += 1;
+            return Ok(());
+        };
+        self.stats.unpaired += (calls.len() - at - 1) as u64;
+        calls.truncate(at + 1);
+        let enter = calls.pop().expect("rposition found it");
+        // What is left are the calls this one is nested in (their entries
+        // checked that), unless one has been open implausibly long.
+        let before = calls.len();
+        calls.retain(|open| exit.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS);
+        let stale = (before - calls.len()) as u64;
+        let outermost = calls.is_empty();
+        if outermost {
+            self.in_progress.remove(&tid);
+        }
+        self.lost_returns(exit.header.ts_ns, stale);
+        let call = AllocCall::from_u32(enter.call);
+        if !outermost || call.map(AllocCall::exit) != AllocCall::from_u32(exit.call) {
+            return Ok(());
+        }
+        let stack = self.stack_id(exit)?;
+        let (ts, size, addr) = (exit.header.ts_ns, enter.size, exit.addr);
+        let event = match call {
+            Some(AllocCall::Realloc) => {
+                self.live.free(&mut self.stats, enter.ptr_arg);
+                Record::Realloc {
+                    ts,
+                    tid,
+                    old: enter.ptr_arg,
+                    new: addr,
+                    size,
+                    stack,
+                    entry_ts: enter.header.ts_ns,
+                }
+            }
+            // A failed posix_memalign wrote nothing: there is no block.
+            Some(AllocCall::PosixMemalign) if addr == 0 => return Ok(()),
+            _ => Record::Alloc {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+            },
+        };
+        self.note_alloc(addr, size);
+        self.stats.events += 1;
+        self.writer.push(event)
+    }
+
+    /// Whether a libc `free` is the global allocator's own, made for a Rust
+    /// shim call already recorded: the block `__rust_dealloc` just gave back
+    /// on this thread (`rust_freed`), or a free inside a shim call still open
+    /// on it (a realloc that moved the block).
+    pub(super) fn passed_on_by_rust(&self, free: &FreeRecord, rust_freed: Option<u64>) -> bool {
+        if rust_freed == Some(free.addr) {
+            return true;
+        }
+        self.in_progress.get(&free.header.tid).is_some_and(|calls| {
+            calls.iter().any(|open| {
+                open.flags & ALLOC_FLAG_RUST != 0
+                    && free.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS
+            })
+        })
+    }
+}
