@@ -98,7 +98,8 @@ pub fn analyze_with_progress(
     let header = reader.header().clone();
     let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let mut builder = Builder::new(rules, grace_ns, SAMPLE_INTERVAL_NS)
-        .scope_functions(&header.settings.scope_functions);
+        .scope_functions(&header.settings.scope_functions)
+        .sampling(header.sampling);
     // Reading (file, zstd, postcard) runs on a thread of its own, a few frames
     // ahead of the builder: on a recording of millions of events it is a third
     // of the work, and this way it costs no time on the builder's thread.

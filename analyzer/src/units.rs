@@ -1,5 +1,7 @@
 //! Units for people: how byte counts read in reports, charts and verdicts.
 
+use leakscope_recording::sampling::Sampling;
+
 /// Bytes in B / KiB / MiB.
 pub fn bytes(n: u64) -> String {
     let n = n as f64;
@@ -12,9 +14,46 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// A byte figure of a recording: exact, or in a sampled one an estimate
+/// with its relative standard error (`~1.2 MiB ±14%`).
+pub fn estimated_bytes(n: u64, sampling: Sampling) -> String {
+    if !sampling.is_sampled() {
+        return bytes(n);
+    }
+    match error_percent(n, sampling) {
+        Some(error) => format!("~{} ±{error}%", bytes(n)),
+        None => format!("~{}", bytes(n)),
+    }
+}
+
+/// A count of blocks: exact, or estimated (`~500`) in a sampled recording.
+pub fn estimated_count(n: u64, sampling: Sampling) -> String {
+    if sampling.is_sampled() {
+        format!("~{n}")
+    } else {
+        n.to_string()
+    }
+}
+
+/// The relative standard error of an estimate of `n` bytes, in whole
+/// percent (`None` for nothing, whose error is unbounded).
+fn error_percent(n: u64, sampling: Sampling) -> Option<u64> {
+    let error = sampling.relative_error(n as f64);
+    error.is_finite().then(|| (100.0 * error).round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::bytes;
+    use super::*;
+
+    #[test]
+    fn estimates_say_so_with_their_error() {
+        let sampled = Sampling::every_bytes(512 * 1024);
+        assert_eq!(estimated_bytes(12_576, Sampling::Every), "12.3 KiB");
+        assert_eq!(estimated_bytes(32 << 20, sampled), "~32.0 MiB ±13%");
+        assert_eq!(estimated_count(49, sampled), "~49");
+        assert_eq!(estimated_count(49, Sampling::Every), "49");
+    }
 
     #[test]
     fn picks_the_unit_by_size() {

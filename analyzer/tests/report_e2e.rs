@@ -74,7 +74,7 @@ fn leaky_report_matches_the_fixtures_own_figure_and_fixed_and_service_do_not_lea
     }
     let leaky_run = run("leaky");
     let (leaky, fixture) = (&leaky_run.summary, leaky_run.fixture_per_session);
-    assert_eq!(leaky["format_version"], 3);
+    assert_eq!(leaky["format_version"], 4);
     assert_eq!(leaky["producer"], "ebpf");
     assert_eq!(leaky["sessions"]["count"], SESSIONS);
     assert_eq!(

@@ -27,6 +27,8 @@ struct Input {
     in_process: bool,
     layer: u8,
     frame_pointers: u8,
+    /// Sampled every this many bytes (0 and 1: every call).
+    sample_mean: u16,
     /// Scope functions, each (kind, offset into the mapping, size, returns).
     scope_functions: Vec<(u8, u16, u16, bool)>,
     records: Vec<Op>,
@@ -107,6 +109,8 @@ fn build(input: &Input) -> Vec<u8> {
         FramePointers::Kept,
         FramePointers::Omitted,
     ][usize::from(input.frame_pointers) % 3];
+    header.sampling =
+        leakscope_recording::sampling::Sampling::every_bytes(u64::from(input.sample_mean));
     let mut writer = RecordingWriter::new(Vec::new(), &header).expect("in memory");
     let mut ts = header.clock.monotonic_ns;
     let mut at = |dt: u16| {
@@ -186,7 +190,8 @@ fn build(input: &Input) -> Vec<u8> {
                     LostReason::Stack,
                     LostReason::BufferFull,
                     LostReason::Malformed,
-                ][usize::from(*reason) % 5],
+                    LostReason::SampledFull,
+                ][usize::from(*reason) % 6],
                 count: u64::from(*count),
             },
             Op::TraceOrigin { dt } => Record::TraceOrigin { ts: at(*dt) },

@@ -3,9 +3,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
-use super::recorder::mode::{Mode, mode};
-use super::recorder::own;
-use super::recorder::{RawKind, now_ns, record_memory, record_realloc};
+use super::recorder::mode::{Mode, mode, recording};
+use super::recorder::{RawKind, now_ns, own, record_memory, record_realloc, sampler};
+use super::sampled;
 
 /// leakscope's global allocator over `A`: records each call while a
 /// [`Recorder`](super::Recorder) runs, and otherwise costs one relaxed load
@@ -116,17 +116,184 @@ impl<A: GlobalAlloc> Alloc<A> {
             return unsafe { self.own_alloc(layout, zeroed) };
         }
         // SAFETY: forwarded contract.
-        let (block, outermost) = own::run(|| unsafe {
+        let (block, outermost) = own::run(|| unsafe { self.inner_alloc(layout, zeroed) });
+        if mode == Mode::On && outermost && !block.is_null() {
+            record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
+        }
+        block
+    }
+
+    /// An allocation while a sampled recording runs: the countdown decides.
+    /// An unsampled one costs the countdown and a branch over the inner
+    /// allocator (and, over dhat, the flag that keeps dhat's own memory apart).
+    #[inline]
+    unsafe fn alloc_sampling(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        if self.own == Own::System && own::active() {
+            // SAFETY: forwarded contract.
+            return unsafe { self.own_alloc(layout, zeroed) };
+        }
+        if !sampler::sample(layout.size()) {
+            // SAFETY: forwarded contract.
+            return match self.own {
+                Own::Inner => unsafe { self.inner_alloc(layout, zeroed) },
+                Own::System => own::run(|| unsafe { self.inner_alloc(layout, zeroed) }).0,
+            };
+        }
+        if own::active() {
+            // Leakscope's own memory is never recorded.
+            // SAFETY: forwarded contract.
+            return unsafe { self.own_alloc(layout, zeroed) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.alloc_sampled(layout, zeroed) }
+    }
+
+    /// The inner allocator's `alloc` or `alloc_zeroed`.
+    #[inline]
+    unsafe fn inner_alloc(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe {
             if zeroed {
                 self.inner.alloc_zeroed(layout)
             } else {
                 self.inner.alloc(layout)
             }
-        });
-        if mode == Mode::On && outermost && !block.is_null() {
-            record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
         }
-        block
+    }
+
+    /// Makes and records a sampled block: over-aligned, so its free is told
+    /// from the pointer (see `sampled`). Falls back to an ordinary block,
+    /// unrecorded, when the recording ended meanwhile or the table is full.
+    #[cold]
+    unsafe fn alloc_sampled(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        sampled::reserve();
+        if recording() {
+            let wide = sampled::layout(layout);
+            // SAFETY: forwarded contract; `wide` only aligns more.
+            let (block, _) = own::run(|| unsafe { self.inner_alloc(wide, zeroed) });
+            if !block.is_null() {
+                if sampled::insert(block) {
+                    record_memory(RawKind::Alloc, block as u64, 0, layout.size() as u64);
+                    return block;
+                }
+                // SAFETY: made just above with `wide`.
+                own::run(|| unsafe { self.inner.dealloc(block, wide) });
+            }
+        }
+        sampled::unreserve();
+        // SAFETY: forwarded contract.
+        own::run(|| unsafe { self.inner_alloc(layout, zeroed) }).0
+    }
+
+    /// Frees `block` as the inner allocator made it: with the over-aligned
+    /// layout if it is a sampled block (taking it out of the table), else
+    /// with `layout`. Returns whether it was sampled.
+    #[inline]
+    unsafe fn dealloc_as_made(&self, block: *mut u8, layout: Layout, forked: bool) -> bool {
+        let sampled = sampled::may_be(block) && sampled::take(block);
+        let layout = if sampled {
+            sampled::layout(layout)
+        } else {
+            layout
+        };
+        // SAFETY: forwarded contract; a sampled block was made with the
+        // over-aligned layout.
+        unsafe {
+            match (forked, self.own) {
+                // dhat only wraps System, and must not be entered in a forked child.
+                (true, Own::System) => System.dealloc(block, layout),
+                _ => self.inner.dealloc(block, layout),
+            }
+        }
+        sampled
+    }
+
+    /// The free of a page-aligned block while a sampled recording runs:
+    /// recorded if it is a sampled block.
+    #[cold]
+    unsafe fn dealloc_maybe_sampled(&self, block: *mut u8, layout: Layout) {
+        if sampled::contains(block) {
+            // Recorded before the block goes back, so its address cannot be
+            // reused first.
+            record_memory(RawKind::Free, block as u64, 0, 0);
+        }
+        // SAFETY: forwarded contract.
+        own::run(|| unsafe { self.dealloc_as_made(block, layout, false) });
+    }
+
+    /// A realloc of a sampled block in a forked child: moved by hand, from
+    /// and to the memory the child may use (not dhat's, whose lock another
+    /// thread of the parent may have held).
+    #[cold]
+    unsafe fn realloc_forked_sampled(
+        &self,
+        block: *mut u8,
+        layout: Layout,
+        new_size: usize,
+    ) -> *mut u8 {
+        // SAFETY: the caller's `new_size`, rounded up to `align`, does not
+        // overflow (GlobalAlloc::realloc's contract).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: forwarded contract; `new_size` is non-zero.
+        let new = unsafe { self.own_alloc(new_layout, false) };
+        if !new.is_null() {
+            // SAFETY: both valid for the smaller size and distinct; `block`
+            // is a sampled block of this allocator made with `layout`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size));
+                self.dealloc_as_made(block, layout, true);
+            }
+        }
+        new
+    }
+
+    /// A realloc in a sampled recording (or of a block a sampled recording
+    /// made): what the old and the new block are decides. Neither sampled is
+    /// the inner allocator's realloc, unrecorded; otherwise the block moves
+    /// by hand (a new block, a copy, the old one freed as it was made), so
+    /// that each keeps the layout it was made with.
+    unsafe fn realloc_sampling(
+        &self,
+        block: *mut u8,
+        layout: Layout,
+        new_size: usize,
+        mode: Mode,
+    ) -> *mut u8 {
+        let on = mode == Mode::On;
+        // Recording every call, with a block a sampled recording made before.
+        let every = on && !sampler::sampling();
+        let old_sampled = sampled::may_be(block) && sampled::contains(block);
+        let new_sampled = on && !every && sampler::sample(new_size);
+        if !old_sampled && !new_sampled {
+            // SAFETY: forwarded contract.
+            return own::run(|| unsafe { self.inner.realloc(block, layout, new_size) }).0;
+        }
+        // SAFETY: the caller's `new_size`, rounded up to `align`, does not
+        // overflow (GlobalAlloc::realloc's contract).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let new = if new_sampled {
+            // SAFETY: forwarded contract; `new_size` is non-zero.
+            unsafe { self.alloc_sampled(new_layout, false) }
+        } else {
+            // SAFETY: forwarded contract.
+            own::run(|| unsafe { self.inner.alloc(new_layout) }).0
+        };
+        if new.is_null() {
+            return new;
+        }
+        if every {
+            record_memory(RawKind::Alloc, new as u64, 0, new_size as u64);
+        }
+        // SAFETY: both blocks are valid for the smaller size, and distinct
+        // (the old one is still allocated).
+        unsafe { std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size)) };
+        if old_sampled && on {
+            // Before the block goes back, so its address cannot be reused first.
+            record_memory(RawKind::Free, block as u64, 0, 0);
+        }
+        // SAFETY: `block` was made by this allocator with `layout` (over-aligned if sampled).
+        own::run(|| unsafe { self.dealloc_as_made(block, layout, false) });
+        new
     }
 }
 
@@ -138,7 +305,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match mode() {
             // SAFETY: forwarded contract.
-            Mode::Off => unsafe { self.inner.alloc(layout) },
+            Mode::Off | Mode::Lingering => unsafe { self.inner.alloc(layout) },
+            // SAFETY: forwarded contract.
+            Mode::On if sampler::sampling() => unsafe { self.alloc_sampling(layout, false) },
             // SAFETY: forwarded contract.
             mode => unsafe { self.alloc_slow(layout, false, mode) },
         }
@@ -148,7 +317,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         match mode() {
             // SAFETY: forwarded contract.
-            Mode::Off => unsafe { self.inner.alloc_zeroed(layout) },
+            Mode::Off | Mode::Lingering => unsafe { self.inner.alloc_zeroed(layout) },
+            // SAFETY: forwarded contract.
+            Mode::On if sampler::sampling() => unsafe { self.alloc_sampling(layout, true) },
             // SAFETY: forwarded contract.
             mode => unsafe { self.alloc_slow(layout, true, mode) },
         }
@@ -158,18 +329,36 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
         match mode() {
             // SAFETY: forwarded contract.
-            Mode::Off | Mode::Busy => unsafe { self.inner.dealloc(block, layout) },
-            Mode::Forked => match self.own {
-                // SAFETY: forwarded contract (dhat only wraps System).
-                Own::System => unsafe { System.dealloc(block, layout) },
-                // SAFETY: forwarded contract.
-                Own::Inner => unsafe { self.inner.dealloc(block, layout) },
+            Mode::Off => unsafe { self.inner.dealloc(block, layout) },
+            // SAFETY: forwarded contract.
+            Mode::Busy | Mode::Lingering => unsafe {
+                self.dealloc_as_made(block, layout, false);
             },
+            // SAFETY: forwarded contract.
+            Mode::Forked => unsafe {
+                self.dealloc_as_made(block, layout, true);
+            },
+            Mode::On if sampler::sampling() => {
+                if sampled::may_be(block) {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.dealloc_maybe_sampled(block, layout) };
+                    return;
+                }
+                // An unsampled block: what recording off costs, plus the
+                // test above (and dhat's re-entry flag, over dhat).
+                match self.own {
+                    // SAFETY: forwarded contract.
+                    Own::Inner => unsafe { self.inner.dealloc(block, layout) },
+                    // SAFETY: forwarded contract.
+                    Own::System => own::run(|| unsafe { self.inner.dealloc(block, layout) }).0,
+                }
+            }
             Mode::On => {
                 // Recorded before the block goes back, so its address cannot be reused first.
                 record_memory(RawKind::Free, block as u64, 0, 0);
-                // SAFETY: forwarded contract.
-                own::run(|| unsafe { self.inner.dealloc(block, layout) });
+                // SAFETY: forwarded contract (a block an earlier sampled
+                // recording made goes back as it was made).
+                own::run(|| unsafe { self.dealloc_as_made(block, layout, false) });
             }
         }
     }
@@ -182,6 +371,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             return unsafe { self.inner.realloc(block, layout, new_size) };
         }
         if mode == Mode::Forked {
+            if sampled::may_be(block) && sampled::contains(block) {
+                // SAFETY: forwarded contract.
+                return unsafe { self.realloc_forked_sampled(block, layout, new_size) };
+            }
             // SAFETY: forwarded contract (dhat only wraps System, and must not
             // be entered in a forked child).
             return unsafe {
@@ -200,6 +393,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
                     Own::Inner => self.inner.realloc(block, layout, new_size),
                 }
             };
+        }
+        if mode == Mode::Lingering
+            || mode == Mode::Busy
+            || sampler::sampling()
+            || (sampled::may_be(block) && sampled::contains(block))
+        {
+            // SAFETY: forwarded contract.
+            return unsafe { self.realloc_sampling(block, layout, new_size, mode) };
         }
         // The old block goes back inside realloc: another thread may be handed
         // its address before this realloc is recorded. The entry time tells.

@@ -12,7 +12,7 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
 use anyhow::{Context, Result};
 
-use leakscope_recording::control::{ERROR_PREFIX, RECORD_REQUEST, peer, socket_name};
+use leakscope_recording::control::{ERROR_PREFIX, MAX_REQUEST_BYTES, Request, peer, socket_name};
 
 use super::recorder::Recorder;
 use super::recorder::own::mark_thread;
@@ -63,7 +63,7 @@ fn serve(stream: UnixStream) -> Result<()> {
     let mut request = String::new();
     // One client at a time: one that says nothing must not hold the socket.
     stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-    std::io::Read::take(&mut requests, 64).read_line(&mut request)?;
+    std::io::Read::take(&mut requests, MAX_REQUEST_BYTES as u64).read_line(&mut request)?;
     stream.set_read_timeout(None)?;
     if uid != me && uid != 0 {
         // Not an error of this process: refused, said to the client only.
@@ -73,13 +73,14 @@ fn serve(stream: UnixStream) -> Result<()> {
         );
         return Ok(());
     }
-    if request.trim() != RECORD_REQUEST {
+    let Some(Request::Record { sampling }) = Request::parse(&request) else {
         let _ = writeln!(reply, "{ERROR_PREFIX}unknown request {:?}", request.trim());
         return Ok(());
-    }
+    };
     let recorder = match Recorder::start_streaming(
         Box::new(NoSignal(stream.try_clone()?)),
         "the control connection",
+        sampling,
     ) {
         Ok(recorder) => recorder,
         Err(e) => {

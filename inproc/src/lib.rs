@@ -75,6 +75,7 @@ mod chrome;
 mod control;
 mod layer;
 mod recorder;
+mod sampled;
 mod stack;
 
 pub use alloc::Alloc;
@@ -82,4 +83,5 @@ pub use alloc::Alloc;
 pub use chrome::{ChromeLayer, FlushGuard, chrome_layer};
 pub use control::listen;
 pub use layer::SessionLayer;
+pub use leakscope_recording::sampling::Sampling;
 pub use recorder::{Guard, Recorder, is_recording, start, unwritten_events};

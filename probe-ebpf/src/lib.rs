@@ -271,6 +271,21 @@ pub struct AllocExitRecord {
 /// tells from a free made between allocator calls.
 pub const ALLOC_FLAG_RUST: u32 = 1;
 
+/// Set in [`AllocEnterRecord::flags`] in a sampled recording, on a realloc
+/// recorded only because the block it resizes was sampled: the new block
+/// was not, so userspace records the old one's free alone.
+pub const ALLOC_FLAG_NEW_UNSAMPLED: u32 = 2;
+
+/// Slots of the `SPACINGS` array: spacings between sampling points, the
+/// quantiles of an exponential of the recording's mean, which userspace
+/// fills and the programs pick from at random (BPF has no floating point to
+/// draw one).
+pub const SPACING_SLOTS: u32 = 4096;
+
+/// Sampled blocks alive that the programs can tell a free of (the `SAMPLED`
+/// hash map): at the default mean, ~128 GiB of heap.
+pub const SAMPLED_BLOCKS: u32 = 1 << 18;
+
 /// A return's stack pointer minus its entry's: `ret` pops the return address.
 pub const RETURN_SP_OFFSET: u64 = 8;
 
@@ -322,10 +337,13 @@ pub enum LostReason {
     PendingFull = 1,
     /// `bpf_get_stack` failed (the record is still sent, without frames).
     Stack = 2,
+    /// A sampled block could not be filed among the sampled blocks alive
+    /// (the map is full), so its free will not be recorded.
+    SampledFull = 3,
 }
 
 /// Number of [`LostReason`] counters.
-pub const LOST_REASONS: u32 = 3;
+pub const LOST_REASONS: u32 = 4;
 
 impl LostReason {
     /// Every counter, in index order.
@@ -333,6 +351,7 @@ impl LostReason {
         LostReason::RingFull,
         LostReason::PendingFull,
         LostReason::Stack,
+        LostReason::SampledFull,
     ];
 }
 
@@ -343,6 +362,7 @@ impl From<LostReason> for leakscope_recording::LostReason {
             LostReason::RingFull => Self::RingFull,
             LostReason::PendingFull => Self::PendingFull,
             LostReason::Stack => Self::Stack,
+            LostReason::SampledFull => Self::SampledFull,
         }
     }
 }

@@ -9,6 +9,9 @@ use aya::programs::UProbe;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::{Ebpf, EbpfLoader};
 
+use leakscope_probe_ebpf::SPACING_SLOTS;
+use leakscope_recording::sampling::Sampling;
+
 use crate::EBPF_OBJECT;
 use crate::plan::Plan;
 
@@ -54,8 +57,9 @@ fn refused_instruction(error: &aya::programs::ProgramError) -> bool {
 }
 
 /// Loads the object with a ring buffer of `ring_bytes` and loads (verifies)
-/// every program `plan` uses; nothing is attached yet.
-pub fn load(plan: &Plan, ring_bytes: u32) -> Result<Loaded> {
+/// every program `plan` uses; nothing is attached yet. `sampling` tells the
+/// programs which calls to record (see `probe-ebpf`'s `bpf/sample.rs`).
+pub fn load(plan: &Plan, ring_bytes: u32, sampling: Sampling) -> Result<Loaded> {
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", ring_bytes)
         .load(EBPF_OBJECT)
@@ -74,6 +78,9 @@ pub fn load(plan: &Plan, ring_bytes: u32) -> Result<Loaded> {
                 .with_context(|| format!("the kernel refused to load {}", probe.program))?;
         }
     }
+    if let Some(mean) = sampling.mean_bytes() {
+        set_sampling(&mut ebpf, mean)?;
+    }
     let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
     let lost = PerCpuArray::try_from(ebpf.take_map("LOST").context("no LOST map")?)?;
     let trampoline = Array::try_from(
@@ -86,6 +93,39 @@ pub fn load(plan: &Plan, ring_bytes: u32) -> Result<Loaded> {
         lost,
         trampoline,
     })
+}
+
+/// Tells the programs to sample every `mean` bytes on average: the spacings
+/// they pick from (the quantiles of an exponential of that mean, so a pick
+/// at random is one drawn from it), each CPU's first countdown, and last
+/// the mean itself, which turns sampling on.
+fn set_sampling(ebpf: &mut Ebpf, mean: u64) -> Result<()> {
+    let slots = SPACING_SLOTS as usize;
+    let spacing = |i: usize| -> u64 {
+        let quantile = (i as f64 + 0.5) / slots as f64;
+        (-quantile.ln() * mean as f64).max(1.0) as u64
+    };
+    let mut spacings: Array<_, u64> =
+        Array::try_from(ebpf.map_mut("SPACINGS").context("no SPACINGS map")?)?;
+    for i in 0..slots {
+        spacings.set(i as u32, spacing(i), 0)?;
+    }
+    // Each CPU starts part-way to its first point, as if it had sampled
+    // before: a first point drawn like any other.
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+    let seed = leakscope_recording::monotonic_ns() as usize;
+    let firsts: Vec<i64> = (0..cpus)
+        .map(|cpu| {
+            spacing(seed.wrapping_mul(2_654_435_761).wrapping_add(cpu * 40_503) % slots) as i64
+        })
+        .collect();
+    let mut countdown: PerCpuArray<_, i64> =
+        PerCpuArray::try_from(ebpf.map_mut("COUNTDOWN").context("no COUNTDOWN map")?)?;
+    countdown.set(0, aya::maps::PerCpuValues::try_from(firsts)?, 0)?;
+    let mut on: Array<_, u64> =
+        Array::try_from(ebpf.map_mut("SAMPLING").context("no SAMPLING map")?)?;
+    on.set(0, mean, 0)?;
+    Ok(())
 }
 
 /// Attaches every probe of `plan` in its order (frees, returns, entries: see

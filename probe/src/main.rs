@@ -14,6 +14,7 @@ use leakscope_probe::symbols::ElfSymbols;
 use leakscope_recording::ScopeKind;
 use leakscope_recording::output::{Existing, Owner};
 use leakscope_recording::preset::Preset;
+use leakscope_recording::sampling::Sampling;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,6 +62,13 @@ enum Command {
         /// see its C allocations too, or to compare the two modes.
         #[arg(long)]
         ebpf: bool,
+        /// Record a sample of the allocations, one every SIZE bytes allocated
+        /// on average (e.g. 512KiB, the default when given without a value;
+        /// jemalloc's and Go's), instead of every call: what a server can
+        /// leave switched on for hours. Bytes become estimates, sessions and
+        /// tasks stay exact. `--sample 1` records every call, as no flag does.
+        #[arg(long, value_name = "SIZE", num_args = 0..=1, default_missing_value = "512KiB", value_parser = parse_sample)]
+        sample: Option<Sampling>,
     },
     /// Which lifecycle functions a preset finds in an executable, scope by scope
     /// (what `attach` would probe), without attaching. Exits 1 when a scope the
@@ -104,6 +112,7 @@ async fn run(cli: Cli) -> Result<()> {
             bare,
             bpf_stats,
             ebpf,
+            sample,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -135,6 +144,7 @@ async fn run(cli: Cli) -> Result<()> {
                     bare,
                     bpf_stats,
                     ebpf,
+                    sampling: sample.unwrap_or(Sampling::Every),
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
@@ -203,6 +213,14 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Dump { file } => leakscope_recording::dump(&file, std::io::stdout().lock()),
     }
+}
+
+/// `--sample SIZE`: a byte count such as `512KiB`, `1MiB` or `4096`.
+fn parse_sample(text: &str) -> Result<Sampling, String> {
+    let bytes: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a size such as 512KiB: {e}"))?;
+    Ok(Sampling::every_bytes(bytes.as_u64()))
 }
 
 /// The largest ring buffer: 2 GiB is the kernel's limit for a BPF ring buffer
@@ -286,9 +304,15 @@ fn status_bar(enabled: bool) -> ProgressBar {
 
 fn status_text(stats: &Stats, rate: f64) -> String {
     format!(
-        "{:.0} events/s | live {:.1} KiB tracked | sessions born {} ended {} | lost {}",
+        "{:.0} events/s | live {}{:.1} KiB {} | sessions born {} ended {} | lost {}",
         rate,
+        if stats.sampled { "~" } else { "" },
         stats.live_bytes as f64 / 1024.0,
+        if stats.sampled {
+            "estimated"
+        } else {
+            "tracked"
+        },
         stats.sessions_born,
         stats.workers_ended,
         stats.lost

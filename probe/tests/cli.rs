@@ -288,3 +288,23 @@ fn a_preset_is_read_with_the_sudo_users_rights_and_never_from_a_fifo() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_sample_that_is_not_a_size_is_refused_with_an_example() {
+    let out = scratch("never-sampled.lsrec");
+    let (ok, err) = probe(&[
+        "attach",
+        "--pid",
+        "1",
+        "--sample",
+        "lots",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("\"lots\" is not a size such as 512KiB"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

@@ -310,6 +310,9 @@ pub enum LostReason {
     /// A record the kernel sent that could not be decoded (a probe and an
     /// eBPF object of different builds; should never happen).
     Malformed,
+    /// A sampled block could not be filed among the sampled blocks alive (a
+    /// full table), so its free is not recorded: it reads as kept (format 8).
+    SampledFull,
 }
 
 /// Why the recording ended.

@@ -61,7 +61,8 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 7: `LostReason::Malformed` (appended: records the kernel sent that did
 ///   not decode). Version 6 reads as is.
 /// * 8: [`Header::sampling`] (a recording may hold a sample of the
-///   allocations). Versions 5 to 7 read as recordings of every call.
+///   allocations) and `LostReason::SampledFull` (appended). Versions 5 to 7
+///   read as recordings of every call.
 pub const FORMAT_VERSION: u32 = 8;
 
 /// The oldest format version this reader still reads.

@@ -133,7 +133,7 @@ impl Countdown {
             // xorshift's state must not be 0.
             rng: splitmix(seed) | 1,
         };
-        countdown.left = countdown.draw();
+        countdown.left = countdown.spacing();
         countdown
     }
 
@@ -144,7 +144,7 @@ impl Countdown {
         if self.left > 0 {
             return false;
         }
-        self.left = self.draw();
+        self.left = self.spacing();
         true
     }
 
@@ -152,9 +152,11 @@ impl Countdown {
         self.mean
     }
 
-    /// The next spacing: an exponential of mean `mean`, at least 1 byte.
+    /// Draws the next spacing between sampling points: an exponential of
+    /// mean `mean`, at least 1 byte (for a producer that keeps its own count
+    /// of bytes left, as the in-process allocator does in a thread-local).
     #[cold]
-    fn draw(&mut self) -> i64 {
+    pub fn spacing(&mut self) -> i64 {
         // xorshift64*: fast, and good enough for spacing samples.
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;

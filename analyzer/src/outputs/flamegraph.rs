@@ -66,6 +66,7 @@ mod tests {
             decided_by: None,
             retained_bytes: 640,
             blocks: 2,
+            samples: 2,
             session_bytes: 0,
             growth_bytes_per_s: 0.0,
             linearity: 0.0,

@@ -280,12 +280,11 @@ pub fn to_proto(profile: &HeapProfile, origin: &Origin) -> Profile {
             Sample {
                 location_id: s.locations.iter().map(|&i| i as u64 + 1).collect(),
                 value: [
-                    s.alloc.objects,
-                    s.alloc.bytes,
-                    s.inuse.objects,
-                    s.inuse.bytes,
+                    s.alloc.objects.round() as i64,
+                    s.alloc.bytes as i64,
+                    s.inuse.objects.round() as i64,
+                    s.inuse.bytes as i64,
                 ]
-                .map(|v| v as i64)
                 .to_vec(),
                 label,
             }

@@ -6,8 +6,9 @@ use leakscope_recording::Tail;
 
 use crate::outputs::objects::ObjectKind;
 use crate::outputs::summary::Summary;
+use crate::outputs::verdict::keeps;
 use crate::stages::timeline::Timeline;
-use crate::units::bytes;
+use crate::units::{bytes, estimated_bytes, estimated_count};
 
 /// Names longer than this lose their generic arguments in the report.
 const READABLE_NAME: usize = 120;
@@ -34,7 +35,7 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         "**Verdict:** {}\n",
         link_figures(&summary.verdict, &verdict_figures(summary, timeline))
     );
-    let _ = writeln!(md, "{}\n", evidence_line(summary));
+    let _ = writeln!(md, "{}\n", evidence_line(summary, timeline));
     let rmcp = h
         .rmcp_version
         .as_deref()
@@ -50,6 +51,13 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         summary.events.free,
         summary.events.lost
     );
+    if h.sampling.is_sampled() {
+        let _ = writeln!(
+            md,
+            "**Sampled:** allocations were {} (a Poisson sample by bytes, as jemalloc's and Go's heap profilers take): every byte and block figure is an estimate from the samples, each weighted by itself, with its relative standard error where it matters (±). Sessions and tasks are counted whole.\n",
+            h.sampling.describe()
+        );
+    }
     let _ = writeln!(
         md,
         "[![Live bytes by category over time; reclaimed bytes, session births and worker exits]({CHART})]({CHART})\n"
@@ -64,10 +72,10 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
     }
     if summary.sessions.count > 0 {
         sessions_sections(&mut md, summary, timeline);
-        findings_section(&mut md, summary);
+        findings_section(&mut md, summary, timeline);
     } else {
         // Nothing of sessions was observed: one line, and the findings lead.
-        findings_section(&mut md, summary);
+        findings_section(&mut md, summary, timeline);
         let why = if summary.missing_signals.is_empty() {
             "no session lifecycle was recorded"
         } else {
@@ -103,6 +111,7 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         "- duration {:.1} s, {} allocations, {} frees, {} lost events",
         summary.duration_s, summary.events.alloc, summary.events.free, summary.events.lost
     );
+    let _ = writeln!(md, "- allocations recorded: {}", h.sampling.describe());
     let ending = match (&timeline.tail, timeline.end_reason) {
         (Tail::Torn { offset, reason }, _) => {
             format!("torn at byte {offset} ({reason}); the readable prefix was analyzed")
@@ -121,7 +130,8 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
 }
 
 /// The findings: what is live at the end by call site, no preset needed.
-fn findings_section(md: &mut String, summary: &Summary) {
+fn findings_section(md: &mut String, summary: &Summary, timeline: &Timeline) {
+    let sampling = timeline.header.sampling;
     let _ = writeln!(md, "\n## Findings (no preset needed)\n");
     let _ = writeln!(
         md,
@@ -160,8 +170,8 @@ fn findings_section(md: &mut String, summary: &Summary) {
         let _ = writeln!(
             md,
             "| `{name}` | {} | {} | {}/s |{per_event} {:.1} s | {} |",
-            bytes(finding.live_bytes),
-            finding.live_blocks,
+            estimated_bytes(finding.live_bytes, sampling),
+            estimated_count(finding.live_blocks, sampling),
             bytes(finding.growth_bytes_per_s.max(0.0) as u64),
             finding.oldest_age_s,
             if finding.leak_candidate { "yes" } else { "" }
@@ -170,7 +180,7 @@ fn findings_section(md: &mut String, summary: &Summary) {
 }
 
 /// The second line: what the verdict rests on.
-fn evidence_line(summary: &Summary) -> String {
+fn evidence_line(summary: &Summary, timeline: &Timeline) -> String {
     let s = &summary.sessions;
     if s.count > 0 {
         let st = s.states;
@@ -188,12 +198,12 @@ fn evidence_line(summary: &Summary) -> String {
             s.count, st.leaked, st.closed, st.live, st.unknown
         );
     }
+    let sampling = timeline.header.sampling;
     match summary.findings.first() {
         Some(f) => format!(
-            "**Top site:** `{}` keeps {} in {} blocks, growing at {}/s{} ([findings]({FINDINGS})).",
+            "**Top site:** `{}` {}, growing at {}/s{} ([findings]({FINDINGS})).",
             f.name,
-            bytes(f.live_bytes),
-            f.live_blocks,
+            keeps(f.live_bytes, f.live_blocks, sampling),
             bytes(f.growth_bytes_per_s.max(0.0) as u64),
             if f.leak_candidate {
                 ", a leak candidate"
@@ -235,11 +245,9 @@ fn verdict_figures(summary: &Summary, timeline: &Timeline) -> Vec<(String, &'sta
         figures.push((format!("{share:.0}% of it"), TOP_SITES));
         figures.push((format!("({})", c.name), BY_CATEGORY));
     }
+    let sampling = timeline.header.sampling;
     for f in &summary.findings {
-        figures.push((
-            format!("keeps {} in {} blocks", bytes(f.live_bytes), f.live_blocks),
-            FINDINGS,
-        ));
+        figures.push((keeps(f.live_bytes, f.live_blocks, sampling), FINDINGS));
         figures.push((
             format!(
                 "growing at {}/s",

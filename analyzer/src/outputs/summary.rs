@@ -13,6 +13,12 @@
 //!   `spawn_sites` ([`crate::stages::objects`]). `sessions` stays as it was, a view of
 //!   `objects.session`; a session's bytes now include its tasks'. Other fields
 //!   keep their meaning.
+//! * 4: `sampling` (how the recording chose its allocations). In a sampled
+//!   recording every byte and block figure is an estimate (each sample
+//!   weighted by itself), `events.alloc`/`free` count the samples recorded,
+//!   and each finding says how many samples it rests on (`samples`) and the
+//!   relative standard error of its `live_bytes` (`relative_error`, 0 when
+//!   exact). Session and task counts and states stay exact.
 //!
 //! The verdict's rules are in [`crate::outputs::verdict`].
 
@@ -24,7 +30,7 @@ use crate::stages::objects::sessions::SessionState;
 use crate::stages::sites::Site;
 use crate::stages::timeline::Timeline;
 
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Findings listed in `summary.json` at most.
 const MAX_FINDINGS: usize = 20;
@@ -33,6 +39,8 @@ const MAX_FINDINGS: usize = 20;
 pub struct Summary {
     pub format_version: u32,
     pub producer: &'static str,
+    /// How the recording chose its allocations (format 4).
+    pub sampling: SamplingSummary,
     pub duration_s: f64,
     pub events: Events,
     pub sessions: Sessions,
@@ -61,6 +69,15 @@ pub enum VerdictKind {
     Leak,
     NoLeak,
     Undecided,
+}
+
+/// `every`, or a sample by bytes whose figures are estimates.
+#[derive(Debug, Serialize)]
+pub struct SamplingSummary {
+    /// Mean bytes between samples; `null` when every call was recorded.
+    pub mean_bytes: Option<u64>,
+    /// Whether byte and block figures are estimates.
+    pub estimated: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,6 +181,11 @@ pub struct Finding {
     pub frames: Vec<String>,
     pub live_bytes: u64,
     pub live_blocks: u64,
+    /// The recorded blocks `live_bytes` rests on: `live_blocks` itself, or
+    /// in a sampled recording the samples the estimate comes from (format 4).
+    pub samples: u64,
+    /// Relative standard error of `live_bytes`: 0 when exact (format 4).
+    pub relative_error: f64,
     /// Fitted growth of the site's surviving bytes over the recording.
     pub growth_bytes_per_s: f64,
     /// Live bytes per lifecycle event, where the recording has such events.
@@ -235,6 +257,10 @@ pub fn summarize(timeline: &Timeline) -> Summary {
     let mut summary = Summary {
         format_version: FORMAT_VERSION,
         producer: timeline.header.producer.as_str(),
+        sampling: SamplingSummary {
+            mean_bytes: timeline.header.sampling.mean_bytes(),
+            estimated: timeline.header.sampling.is_sampled(),
+        },
         duration_s: timeline.duration_s(),
         events: Events {
             alloc: timeline.allocs,
@@ -288,6 +314,15 @@ fn findings(timeline: &Timeline) -> Vec<Finding> {
             frames: site.frames.iter().map(|f| f.function.clone()).collect(),
             live_bytes: site.retained_bytes,
             live_blocks: site.blocks,
+            samples: site.samples,
+            relative_error: match timeline
+                .header
+                .sampling
+                .relative_error(site.retained_bytes as f64)
+            {
+                error if error.is_finite() => error,
+                _ => 1.0,
+            },
             growth_bytes_per_s: site.growth_bytes_per_s,
             bytes_per_event: (births > 0).then(|| PerEvent {
                 event: "session",

@@ -27,7 +27,8 @@ use crate::outputs::summary::{Summary, VerdictKind};
 use crate::stages::names::{short_name, site_name};
 use crate::stages::sites::Site;
 use crate::stages::timeline::{SessionState, Timeline};
-use crate::units::bytes;
+use crate::units::{bytes, estimated_bytes, estimated_count};
+use leakscope_recording::sampling::Sampling;
 
 /// What the release a recording's target was built with does with sessions
 /// still live at its end.
@@ -113,7 +114,7 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
             VerdictKind::Leak,
             format!(
                 "Top leak candidate: {} ({no_sessions}){caveat}.",
-                describe_growth(site)
+                describe_growth(site, timeline.header.sampling)
             ),
         );
     }
@@ -292,7 +293,7 @@ fn sessions_verdict(
     if let Some(site) = candidate {
         text.push_str(&format!(
             "; but {} outside sessions (see findings)",
-            describe_growth(site)
+            describe_growth(site, timeline.header.sampling)
         ));
         return (VerdictKind::Leak, format!("{text}{caveat}."));
     }
@@ -310,14 +311,23 @@ fn caveat(summary: &Summary) -> String {
     )
 }
 
-/// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s".
-fn describe_growth(site: &Site) -> String {
+/// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s"
+/// (in a sampled recording, "~1.2 MiB ±14% in ~500 blocks").
+fn describe_growth(site: &Site, sampling: Sampling) -> String {
     let name = site_name(site);
     format!(
-        "`{name}` keeps {} in {} blocks allocated during the recording and never freed, growing at {}/s",
-        bytes(site.retained_bytes),
-        site.blocks,
+        "`{name}` {} allocated during the recording and never freed, growing at {}/s",
+        keeps(site.retained_bytes, site.blocks, sampling),
         bytes(site.growth_bytes_per_s.max(0.0) as u64)
+    )
+}
+
+/// "keeps 1.2 MiB in 500 blocks", as the verdict and the report's links say it.
+pub(crate) fn keeps(bytes: u64, blocks: u64, sampling: Sampling) -> String {
+    format!(
+        "keeps {} in {} blocks",
+        estimated_bytes(bytes, sampling),
+        estimated_count(blocks, sampling)
     )
 }
 

@@ -83,7 +83,15 @@ pub struct Block {
     /// site that keeps a block per request grows linearly however bursty the
     /// load was in time.
     pub seq: u64,
+    /// The bytes this block counts for: its size, or in a sampled recording
+    /// the estimate it stands for (`Sampling::weight`); every byte figure
+    /// downstream sums these.
     pub size: u64,
+    /// Its size in the target's address space (what a pointer into it may
+    /// reach): `size` unless the recording is sampled.
+    pub extent: u64,
+    /// The blocks it stands for: 1, or in a sampled recording `1/p`.
+    pub weight: f64,
     pub category: Category,
     pub stack: Option<StackId>,
     pub session: Option<SessionKey>,
@@ -200,7 +208,7 @@ impl Accounting {
         self.live.get(&addr).map(|b| Cell {
             ts: b.ts,
             seq: b.seq,
-            size: b.size,
+            size: b.extent,
             stack: b.stack,
             session: b.session,
             task: b.task,
@@ -367,6 +375,8 @@ mod tests {
             ts: 0,
             seq: 0,
             size,
+            extent: size,
+            weight: 1.0,
             category: Category::Other,
             stack: None,
             session,

@@ -22,15 +22,16 @@ use crate::stages::stacks::Trimmer;
 use crate::stages::symbolize::Frame;
 
 /// Objects and bytes.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Usage {
-    pub objects: u64,
+    /// Blocks (estimated, in a sampled recording: each sample's weight).
+    pub objects: f64,
     pub bytes: u64,
 }
 
 impl Usage {
-    fn add(&mut self, bytes: u64) {
-        self.objects += 1;
+    fn add(&mut self, bytes: u64, objects: f64) {
+        self.objects += objects;
         self.bytes += bytes;
     }
 }
@@ -94,8 +95,17 @@ pub struct Allocated {
 }
 
 impl Allocated {
-    pub fn add(&mut self, stack: Option<StackId>, session: Option<SessionKey>, bytes: u64) {
-        self.by.entry((stack, session)).or_default().add(bytes);
+    pub fn add(
+        &mut self,
+        stack: Option<StackId>,
+        session: Option<SessionKey>,
+        bytes: u64,
+        objects: f64,
+    ) {
+        self.by
+            .entry((stack, session))
+            .or_default()
+            .add(bytes, objects);
     }
 
     /// The same totals with each session key mapped through `resolve` (sessions
@@ -132,7 +142,7 @@ pub fn build(
             .entry((block.stack, label(block.session)))
             .or_default()
             .1
-            .add(block.size);
+            .add(block.size, block.weight);
     }
 
     let trim = Trimmer::new();

@@ -37,10 +37,12 @@ pub const MIN_SPAN_SHARE: f64 = 0.5;
 /// ...whose cumulative bytes follow a line this well (r²).
 pub const MIN_LINEARITY: f64 = 0.9;
 
-/// Live blocks of one stack: (allocated at, activity, size, its session's worker is gone).
-type StackBlocks = (Category, Vec<(u64, u64, u64, bool)>);
-/// A site being merged, with its blocks' (allocated at, activity, size).
-type SiteBlocks = (Site, Vec<(u64, u64, u64)>);
+/// Live blocks of one stack: (allocated at, activity, size, its session's
+/// worker is gone, the blocks it stands for).
+type StackBlocks = (Category, Vec<(u64, u64, u64, bool, f64)>);
+/// A site being merged, with its blocks' (allocated at, activity, size, the
+/// blocks it stands for).
+type SiteBlocks = (Site, Vec<(u64, u64, u64, f64)>);
 
 /// A call site still holding memory at the end.
 #[derive(Debug, Clone)]
@@ -54,7 +56,11 @@ pub struct Site {
     pub decided_by: Option<usize>,
     /// Bytes live at the end.
     pub retained_bytes: u64,
+    /// Blocks live at the end (estimated, in a sampled recording).
     pub blocks: u64,
+    /// Of those, the blocks the recording holds: all of them, or the samples
+    /// the estimate comes from (what the evidence for a verdict is).
+    pub samples: u64,
     /// Of `retained_bytes`, those of sessions whose worker is gone.
     pub session_bytes: u64,
     /// Fitted growth of the surviving blocks' bytes over the recording's time.
@@ -75,7 +81,7 @@ impl Site {
     /// over most of it: allocated and never given back, at a steady rate per
     /// request or event.
     pub fn is_leak_candidate(&self) -> bool {
-        self.blocks >= MIN_BLOCKS
+        self.samples >= MIN_BLOCKS
             && self.activity_span >= MIN_SPAN_SHARE
             && self.linearity >= MIN_LINEARITY
     }
@@ -96,7 +102,7 @@ pub fn sites<'a>(
             .entry(block.stack)
             .or_insert_with(|| (block.category, Vec::new()))
             .1
-            .push((block.ts, block.seq, block.size, *worker_gone));
+            .push((block.ts, block.seq, block.size, *worker_gone, block.weight));
     }
     let trim = Trimmer::new();
     let mut by_frames: HashMap<Vec<String>, SiteBlocks> = HashMap::new();
@@ -113,6 +119,7 @@ pub fn sites<'a>(
                     decided_by,
                     retained_bytes: 0,
                     blocks: 0,
+                    samples: 0,
                     session_bytes: 0,
                     growth_bytes_per_s: 0.0,
                     linearity: 0.0,
@@ -123,20 +130,21 @@ pub fn sites<'a>(
                 Vec::new(),
             )
         });
-        for (ts, seq, size, worker_gone) in blocks {
+        for (ts, seq, size, worker_gone, weight) in blocks {
             site.retained_bytes += size;
-            site.blocks += 1;
+            site.samples += 1;
             if worker_gone {
                 site.session_bytes += size;
             }
             site.first_alloc_ns = site.first_alloc_ns.min(ts);
             site.last_alloc_ns = site.last_alloc_ns.max(ts);
-            times.push((ts, seq, size));
+            times.push((ts, seq, size, weight));
         }
     }
     let mut sites: Vec<Site> = by_frames
         .into_values()
         .map(|(mut site, mut blocks)| {
+            site.blocks = blocks.iter().map(|b| b.3).sum::<f64>().round() as u64;
             let mut by_time: Vec<(u64, u64)> = blocks.iter().map(|b| (b.0, b.2)).collect();
             site.growth_bytes_per_s = growth(&mut by_time, 1e9).0;
             let mut by_activity: Vec<(u64, u64)> = blocks.drain(..).map(|b| (b.1, b.2)).collect();

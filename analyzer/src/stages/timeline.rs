@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use leakscope_recording::sampling::Sampling;
 use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Tail};
 
 pub use crate::stages::accounting::Sample;
@@ -35,6 +36,8 @@ pub struct Builder {
     end_reason: Option<EndReason>,
     allocated: Allocated,
     trace_origin_ns: Option<u64>,
+    /// How the recording chose its allocations: what each one stands for.
+    sampling: Sampling,
 }
 
 impl Builder {
@@ -69,7 +72,15 @@ impl Builder {
             end_reason: None,
             allocated: Allocated::default(),
             trace_origin_ns: None,
+            sampling: Sampling::Every,
         }
+    }
+
+    /// How the recording chose its allocations (its header's): in a sampled
+    /// one, each allocation counts for the blocks and bytes it stands for.
+    pub fn sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
+        self
     }
 
     fn clock(&mut self, ts: u64) {
@@ -238,11 +249,17 @@ impl Builder {
             .alloc(tid, addr, size, category, in_poll)
             .or_else(|| task.and_then(|t| self.tasks.session(t)))
             .or(inherited);
-        self.allocated.add(stack, session, size);
+        // Each sample weighted by itself: summing sizes first and unbiasing
+        // the sum after is wrong for a site whose blocks differ in size.
+        let weight = self.sampling.weight(size);
+        let bytes = weight.bytes.round() as u64;
+        self.allocated.add(stack, session, bytes, weight.count);
         let block = Block {
             ts,
             seq: 0,
-            size,
+            size: bytes,
+            extent: size,
+            weight: weight.count,
             category,
             stack,
             session,

@@ -7,6 +7,7 @@ mod buffer;
 mod events;
 pub(crate) mod mode;
 pub(crate) mod own;
+pub(crate) mod sampler;
 mod writer;
 
 use std::io::Write;
@@ -17,6 +18,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, Result, bail};
 
+use leakscope_recording::sampling::Sampling;
 use leakscope_recording::target::Target;
 use leakscope_recording::{AllocLayer, FramePointers, Header, Producer, Settings};
 
@@ -28,7 +30,7 @@ pub(crate) use events::{
     now_ns, record_memory, record_realloc, record_scope, record_session_created, record_session_id,
     record_task_spawned,
 };
-use mode::{Mode, claim, forked_child, mode, recording, set_mode};
+use mode::{Mode, claim, forked_child, idle, mode, recording, set_mode};
 use writer::{begin, write_loop};
 
 use crate::stack::DEPTH;
@@ -60,29 +62,41 @@ impl Recorder {
     /// Starts recording this process into `path` (recording only: the caller runs
     /// dhat's profiler, e.g. `dhat::Profiler::builder().testing().build()`).
     pub fn start(path: impl AsRef<Path>) -> Result<Self> {
-        Self::start_into(Sink::File(path.as_ref().to_owned()))
+        Self::start_with(path, Sampling::Every)
+    }
+
+    /// [`start`](Self::start), recording a sample of the allocations
+    /// (`Sampling::Bytes { mean }`, see `leakscope_recording::sampling`): what
+    /// a process can leave switched on for hours. Sessions and tasks are
+    /// still recorded whole; the report shows bytes as estimates.
+    pub fn start_with(path: impl AsRef<Path>, sampling: Sampling) -> Result<Self> {
+        Self::start_into(Sink::File(path.as_ref().to_owned()), sampling)
     }
 
     /// Starts recording this process into `out` (a control connection:
     /// [`listen`](super::listen)); `name` names it in errors.
-    pub(crate) fn start_streaming(out: Box<dyn Write + Send>, name: &str) -> Result<Self> {
-        Self::start_into(Sink::Stream(out, PathBuf::from(name)))
+    pub(crate) fn start_streaming(
+        out: Box<dyn Write + Send>,
+        name: &str,
+        sampling: Sampling,
+    ) -> Result<Self> {
+        Self::start_into(Sink::Stream(out, PathBuf::from(name)), sampling)
     }
 
-    fn start_into(sink: Sink) -> Result<Self> {
-        if !claim() {
+    fn start_into(sink: Sink, sampling: Sampling) -> Result<Self> {
+        let Some(before) = claim() else {
             bail!("an in-process recording is already running");
-        }
+        };
         // From here, leakscope's own memory is set apart (Busy); an error
-        // turns the allocator back off.
-        let started = Self::start_busy(sink);
+        // turns the allocator back to what it was.
+        let started = Self::start_busy(sink, sampling);
         if started.is_err() {
-            set_mode(Mode::Off);
+            set_mode(before);
         }
         started
     }
 
-    fn start_busy(sink: Sink) -> Result<Self> {
+    fn start_busy(sink: Sink, sampling: Sampling) -> Result<Self> {
         let target = Target::inspect(std::process::id())?;
         let preset = leakscope_recording::preset::Preset::builtin();
         let spans = preset
@@ -123,6 +137,8 @@ impl Recorder {
             },
         );
         header.frame_pointers = frame_pointers;
+        header.sampling = sampling;
+        sampler::configure(sampling);
         let (out, path): (Box<dyn Write + Send>, PathBuf) = match sink {
             Sink::File(path) => {
                 let file = std::fs::File::create(&path)
@@ -213,7 +229,9 @@ impl Recorder {
         self.stop.store(true, Ordering::SeqCst);
         let joined = writer.join();
         // The writer thread is gone: nothing of leakscope's is allocating now.
-        set_mode(Mode::Off);
+        // Blocks a sampled recording made may still be alive, and must go
+        // back with the layout they were made with.
+        set_mode(idle());
         joined
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
             .with_context(|| format!("writing {}", self.path.display()))

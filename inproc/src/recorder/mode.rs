@@ -20,6 +20,10 @@ pub(crate) enum Mode {
     /// A child forked (without exec) from a recording process: recording is
     /// the parent's, and dhat's lock may be held by a thread the child lacks.
     Forked = 3,
+    /// No recorder, but blocks a sampled recording made may be alive: they
+    /// are over-aligned, and a free tests its pointer (see `sampled`) so the
+    /// inner allocator gets each block back with the layout it was made with.
+    Lingering = 4,
 }
 
 #[inline]
@@ -28,7 +32,8 @@ pub(crate) fn mode() -> Mode {
         0 => Mode::Off,
         1 => Mode::On,
         2 => Mode::Busy,
-        _ => Mode::Forked,
+        3 => Mode::Forked,
+        _ => Mode::Lingering,
     }
 }
 
@@ -36,20 +41,35 @@ pub(super) fn set_mode(mode: Mode) {
     MODE.store(mode as u8, Ordering::SeqCst);
 }
 
-/// Off -> Busy, the start of a recorder; false when another one runs.
-pub(super) fn claim() -> bool {
-    MODE.compare_exchange(
-        Mode::Off as u8,
-        Mode::Busy as u8,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    )
-    .is_ok()
+/// Off (or Lingering) -> Busy, the start of a recorder; false when another
+/// one runs. Returns the mode to go back to should the start fail.
+pub(super) fn claim() -> Option<Mode> {
+    [Mode::Off, Mode::Lingering].into_iter().find(|&idle| {
+        MODE.compare_exchange(
+            idle as u8,
+            Mode::Busy as u8,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+    })
+}
+
+/// The mode of a process that no recorder runs in: Off, or Lingering while
+/// sampled blocks may be alive. Called after Busy is set, so a thread about
+/// to make a sampled block either is counted here or sees the recording gone.
+pub(super) fn idle() -> Mode {
+    if crate::sampled::alive() == 0 {
+        Mode::Off
+    } else {
+        Mode::Lingering
+    }
 }
 
 /// Whether events are recorded now (read with the buffer's lock held by the
-/// pushing thread: see `buffer::push`).
-pub(super) fn recording() -> bool {
+/// pushing thread: see `buffer::push`; and after counting a sampled block
+/// about to be made: see `sampled::reserve`).
+pub(crate) fn recording() -> bool {
     MODE.load(Ordering::SeqCst) == Mode::On as u8
 }
 

@@ -14,6 +14,7 @@ use leakscope_probe_ebpf::{
 };
 
 use super::records::{EVENTS, RB_FLAGS, count_drop, count_lost, drops, header, header_at, sp};
+use super::sample;
 use super::walk::walk_frame_pointers;
 
 /// posix_memalign calls in progress: where the block's address will be
@@ -69,6 +70,15 @@ fn entry_time(call: AllocCall) -> u64 {
 /// Sends an allocation call's entry: its arguments.
 #[inline(always)]
 fn send_enter(ctx: &ProbeContext, call: AllocCall, flags: u32, size: u64, ptr_arg: u64) {
+    let stack_pointer = sp(ctx.regs);
+    let flags = if sample::sampling() {
+        match sample::enter(call, size, stack_pointer, ptr_arg) {
+            Some(sampled) => flags | sampled,
+            None => return,
+        }
+    } else {
+        flags
+    };
     match EVENTS.reserve::<AllocEnterRecord>(0) {
         Some(mut entry) => {
             entry.write(AllocEnterRecord {
@@ -77,7 +87,7 @@ fn send_enter(ctx: &ProbeContext, call: AllocCall, flags: u32, size: u64, ptr_ar
                 flags,
                 size,
                 ptr_arg,
-                sp: sp(ctx.regs),
+                sp: stack_pointer,
                 drops: drops(),
             });
             entry.submit(RB_FLAGS);
@@ -92,6 +102,9 @@ fn send_enter(ctx: &ProbeContext, call: AllocCall, flags: u32, size: u64, ptr_ar
 /// that a call whose entry was dropped as well counts once.
 #[inline(always)]
 fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
+    if sample::sampling() && !sample::exit(call.exit(), sp(ctx.regs), addr) {
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<AllocExitRecord>(0) else {
         count_drop();
         return;

@@ -5,6 +5,7 @@ use aya_ebpf::programs::ProbeContext;
 use leakscope_probe_ebpf::{FreeRecord, LostReason, RecordKind};
 
 use super::records::{EVENTS, RB_FLAGS, count_lost, header};
+use super::sample;
 
 /// `free(ptr)`. May be attached past free's NULL check (see the probe's
 /// attach-offset decoding); `ptr` is still in rdi there.
@@ -23,7 +24,7 @@ pub fn rust_dealloc_enter(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn send_free(kind: RecordKind, addr: u64) {
-    if addr == 0 {
+    if addr == 0 || (sample::sampling() && !sample::free(addr)) {
         return;
     }
     match EVENTS.reserve::<FreeRecord>(0) {

@@ -1,10 +1,12 @@
 //! The programs, by what they probe, and what they share: the ring buffer
-//! ([`records`]) and the stack walk ([`walk`]).
+//! ([`records`]), the stack walk ([`walk`]) and, in a sampled recording,
+//! which calls are recorded ([`sample`]).
 
 mod alloc;
 mod bench;
 mod free;
 mod records;
+mod sample;
 mod scope;
 mod walk;
 

@@ -11,7 +11,7 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use leakscope_recording::control::{ERROR_PREFIX, RECORD_REQUEST, peer, socket_name};
+use leakscope_recording::control::{ERROR_PREFIX, Request, peer, socket_name};
 use leakscope_recording::output;
 use leakscope_recording::target::is_alive;
 use leakscope_recording::{
@@ -59,7 +59,14 @@ pub(crate) async fn record(
     let mut request = stream.try_clone()?;
     // A refusal may come (and the socket close) before the request is even
     // written: the answer, read below, says why better than a broken pipe.
-    let asked = writeln!(request, "{RECORD_REQUEST}");
+    let asked = writeln!(
+        request,
+        "{}",
+        Request::Record {
+            sampling: options.sampling
+        }
+        .to_line()
+    );
     let (sender, mut received) = tokio::sync::mpsc::channel::<Streamed>(64);
     let name = format!("pid {pid}'s control socket");
     std::thread::Builder::new()
@@ -85,8 +92,11 @@ pub(crate) async fn record(
             .with_context(|| format!("cannot write {}", options.out.display()))?;
     on_event(AttachEvent::InProcess { pid });
 
-    let mut stats = Stats::default();
-    let mut live = LiveBytes::default();
+    let mut stats = Stats {
+        sampled: header.sampling.is_sampled(),
+        ..Stats::default()
+    };
+    let mut live = LiveBytes::new(header.sampling);
     let deadline = deadline(options.duration);
     let mut flush = tokio::time::interval(Duration::from_millis(100));
     let mut slow = tokio::time::interval(Duration::from_millis(500));

@@ -22,6 +22,7 @@ use std::time::Duration;
 use leakscope_recording::EndReason;
 use leakscope_recording::output::{Existing, Owner};
 use leakscope_recording::preset::Preset;
+use leakscope_recording::sampling::Sampling;
 
 pub use cooperative::connect;
 pub use ebpf::LostCounters;
@@ -45,6 +46,8 @@ pub struct AttachOptions {
     pub bpf_stats: bool,
     /// Use the eBPF probes even when the process could record itself.
     pub ebpf: bool,
+    /// Every call, or a sample by bytes (`--sample`).
+    pub sampling: Sampling,
 }
 
 /// What [`attach`] reports while it runs; the caller decides what to show.
@@ -114,7 +117,11 @@ pub struct Stats {
     pub events: u64,
     pub allocs: u64,
     pub frees: u64,
+    /// Bytes of the blocks made while recording and not freed (in a sampled
+    /// recording, the estimate).
     pub live_bytes: u64,
+    /// The recording is sampled: `live_bytes` is an estimate.
+    pub sampled: bool,
     pub sessions_born: u64,
     pub workers_ended: u64,
     pub lost: u64,
@@ -130,20 +137,36 @@ pub struct Stats {
     pub trampolines_unresolved: u64,
 }
 
-/// The live blocks a recording has seen (address -> size), for the status
+/// The live blocks a recording has seen (address -> bytes), for the status
 /// line's live bytes only: the analyzer reads the recording itself. Both
-/// backends count with it, so the figure means the same in both.
+/// backends count with it, so the figure means the same in both; in a
+/// sampled recording each block counts for the bytes it stands for, so the
+/// figure is the estimate of the heap the report will show.
 #[derive(Debug, Default)]
 pub struct LiveBytes {
     blocks: HashMap<u64, u64>,
+    sampling: Sampling,
 }
 
 impl LiveBytes {
+    /// Counting the blocks of a recording that chose them by `sampling`.
+    pub fn new(sampling: Sampling) -> Self {
+        Self {
+            blocks: HashMap::new(),
+            sampling,
+        }
+    }
+
     /// A block of `size` bytes at `addr` was made.
     pub fn alloc(&mut self, stats: &mut Stats, addr: u64, size: u64) {
         if addr == 0 {
             return;
         }
+        let size = if self.sampling.is_sampled() {
+            self.sampling.weight(size).bytes.round() as u64
+        } else {
+            size
+        };
         if let Some(old) = self.blocks.insert(addr, size) {
             stats.live_bytes = stats.live_bytes.saturating_sub(old);
         }

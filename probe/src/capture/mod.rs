@@ -84,6 +84,13 @@ impl<W: Write> Capture<W> {
         self.trampoline = Some(region);
     }
 
+    /// How the recording samples: the status line's live bytes are then an
+    /// estimate.
+    pub fn set_sampling(&mut self, sampling: leakscope_recording::sampling::Sampling) {
+        self.live = LiveBytes::new(sampling);
+        self.stats.sampled = sampling.is_sampled();
+    }
+
     /// What the executable's code says of its frame pointers (see
     /// [`Stats::trampolines_unresolved`]).
     pub fn set_frame_pointers(&mut self, frame_pointers: leakscope_recording::FramePointers) {

@@ -5,7 +5,8 @@
 use std::io;
 
 use leakscope_probe_ebpf::{
-    ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord, FreeRecord, RETURN_SP_OFFSET,
+    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord,
+    FreeRecord, RETURN_SP_OFFSET,
 };
 use leakscope_recording::{Record, monotonic_ns};
 
@@ -112,8 +113,23 @@ impl<W: io::Write> Capture<W> {
         if !outermost || call.map(AllocCall::exit) != AllocCall::from_u32(exit.call) {
             return Ok(());
         }
-        let stack = self.stack_id(exit)?;
         let (ts, size, addr) = (exit.header.ts_ns, enter.size, exit.addr);
+        if enter.flags & ALLOC_FLAG_NEW_UNSAMPLED != 0 {
+            // A sampled recording's realloc of a sampled block into one that
+            // was not sampled: only the old block's going is recorded.
+            if addr == 0 {
+                return Ok(());
+            }
+            self.live.free(&mut self.stats, enter.ptr_arg);
+            self.stats.frees += 1;
+            self.stats.events += 1;
+            return self.writer.push(Record::Free {
+                ts,
+                tid,
+                addr: enter.ptr_arg,
+            });
+        }
+        let stack = self.stack_id(exit)?;
         let event = match call {
             Some(AllocCall::Realloc) => {
                 self.live.free(&mut self.stats, enter.ptr_arg);

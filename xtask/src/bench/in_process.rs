@@ -14,8 +14,8 @@ use super::median;
 /// the system allocator; heaptrack started with the same program (the in-process
 /// tool users pick); `leakscope_inproc::Alloc` over dhat idle; the recorder alone
 /// (`Recorder::start`); dhat's profiler plus the recorder (`start`); and the
-/// cooperative allocator a production build carries (`Alloc<System>`), off
-/// and with recording on.
+/// cooperative allocator a production build carries (`Alloc<System>`), off,
+/// with recording on, and sampling every 512 KiB on average.
 pub(super) fn in_process(
     pairs: u64,
     rounds: usize,
@@ -59,6 +59,15 @@ pub(super) fn in_process(
             "cooperative_on_ns",
             Bench::start(Command::new(cooperative_alloc_bench))?,
             Some(format!("record-only {}", out.display())),
+        ),
+        (
+            "cooperative_sampled_ns",
+            Bench::start(Command::new(cooperative_alloc_bench))?,
+            Some(format!(
+                "record-sampled {} {}",
+                out.display(),
+                leakscope_recording::sampling::DEFAULT_MEAN_BYTES
+            )),
         ),
     ];
     let heaptrack = match Bench::start(heaptrack_command) {

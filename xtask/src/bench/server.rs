@@ -29,16 +29,19 @@ pub(super) enum ServerTool {
     Heaptrack,
     InProcess,
     Cooperative,
+    /// The cooperative allocator switched on sampled (`attach --sample`).
+    CooperativeSampled,
 }
 
 impl ServerTool {
-    pub(super) const ALL: [ServerTool; 6] = [
+    pub(super) const ALL: [ServerTool; 7] = [
         ServerTool::Unprobed,
         ServerTool::Leakscope,
         ServerTool::BccMemleak,
         ServerTool::Heaptrack,
         ServerTool::InProcess,
         ServerTool::Cooperative,
+        ServerTool::CooperativeSampled,
     ];
 
     pub(super) fn key(self) -> &'static str {
@@ -49,6 +52,7 @@ impl ServerTool {
             ServerTool::Heaptrack => "heaptrack",
             ServerTool::InProcess => "in_process",
             ServerTool::Cooperative => "cooperative",
+            ServerTool::CooperativeSampled => "cooperative_sampled",
         }
     }
 
@@ -61,6 +65,9 @@ impl ServerTool {
             ServerTool::InProcess => "in-process mode (`--record`, dhat-backed)",
             ServerTool::Cooperative => {
                 "cooperative allocator (`fixture-server-cooperative`), switched on by attach"
+            }
+            ServerTool::CooperativeSampled => {
+                "cooperative allocator, switched on sampled (`attach --sample`, 512 KiB)"
             }
         }
     }
@@ -212,7 +219,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
             command.args(args).arg("--record").arg(&recording);
             Server::start(command)?
         }
-        ServerTool::Cooperative => {
+        ServerTool::Cooperative | ServerTool::CooperativeSampled => {
             let mut command = Command::new(env.bin.join("fixture-server-cooperative"));
             command.args(args);
             Server::start_as(command, "fixture-server-cooperative")?
@@ -229,6 +236,13 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         ServerTool::Leakscope | ServerTool::Cooperative => {
             Watcher::Probe(attach(env.probe, server.pid, &recording, false)?)
         }
+        ServerTool::CooperativeSampled => Watcher::Probe(attach_with(
+            env.probe,
+            server.pid,
+            &recording,
+            &["--sample"],
+            false,
+        )?),
         ServerTool::BccMemleak => {
             Watcher::Bcc(BccMemleak::attach(server.pid, env.scratch).map_err(anyhow::Error::msg)?)
         }
@@ -271,7 +285,10 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
     }
     server.finish()?;
     let lost = match tool {
-        ServerTool::Leakscope | ServerTool::InProcess | ServerTool::Cooperative => {
+        ServerTool::Leakscope
+        | ServerTool::InProcess
+        | ServerTool::Cooperative
+        | ServerTool::CooperativeSampled => {
             json!(lost_events(&recording)?)
         }
         _ => Value::Null,

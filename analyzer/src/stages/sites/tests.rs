@@ -6,6 +6,8 @@ fn block(ts: u64, size: u64, stack: Option<StackId>) -> Block {
         ts,
         seq: ts,
         size,
+        extent: size,
+        weight: 1.0,
         category: Category::Other,
         stack,
         session: None,

@@ -63,17 +63,21 @@ mod tests {
     fn lost_counters_report_only_growth() {
         let mut seen = LostCounters::default();
         assert_eq!(
-            seen.deltas([5, 0, 2]),
+            seen.deltas([5, 0, 2, 0]),
             vec![(LostReason::RingFull, 5), (LostReason::Stack, 2)]
         );
         assert_eq!(
-            seen.deltas([5, 0, 2]),
+            seen.deltas([5, 0, 2, 0]),
             vec![],
             "nothing new, nothing written"
         );
         assert_eq!(
-            seen.deltas([7, 1, 2]),
-            vec![(LostReason::RingFull, 2), (LostReason::PendingFull, 1)]
+            seen.deltas([7, 1, 2, 3]),
+            vec![
+                (LostReason::RingFull, 2),
+                (LostReason::PendingFull, 1),
+                (LostReason::SampledFull, 3)
+            ]
         );
     }
 }

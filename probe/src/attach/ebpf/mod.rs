@@ -68,7 +68,7 @@ pub(super) async fn record(
     } else {
         None
     };
-    let mut loaded = loader::load(&plan, options.ring_buffer_bytes)?;
+    let mut loaded = loader::load(&plan, options.ring_buffer_bytes, options.sampling)?;
     let mut trampoline = Trampoline::new(options.pid);
     let attached = attach_probes(&mut loaded, &plan, &target, &mut capture, &mut trampoline)?;
     unstarted.0 = None;
@@ -130,6 +130,7 @@ fn begin(options: &AttachOptions, target: &Target, header: &Header) -> Result<Fi
         .with_context(|| format!("cannot write {}", options.out.display()))?;
     let mut capture = Capture::new(writer);
     capture.set_frame_pointers(header.frame_pointers);
+    capture.set_sampling(header.sampling);
     for mapping in &target.mappings {
         capture.writer.push(Record::Mapping(mapping.clone()))?;
     }

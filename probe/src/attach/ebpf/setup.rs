@@ -84,6 +84,7 @@ fn header(
         },
     );
     header.frame_pointers = exe.frame_pointers();
+    header.sampling = options.sampling;
     if header.frame_pointers == FramePointers::Omitted {
         on_event(AttachEvent::Warning(format!(
             "{} was built without frame pointers: its allocation stacks will stop after a frame or two (sessions and totals are unaffected); rebuild it with {} for full stacks",

@@ -1,0 +1,172 @@
+//! Sampled recordings in the kernel: which allocator calls reach userspace.
+//!
+//! With a mean `T` set (`SAMPLING`, by the loader; 0 records every call),
+//! each CPU counts down the bytes its threads allocate to the next sampling
+//! point, as `leakscope_recording::sampling` describes: a call that crosses it
+//! is recorded (its entry, its stack walk at the return, its block filed in
+//! `SAMPLED`), and the next spacing is picked from `SPACINGS`, quantiles of
+//! an exponential of mean `T` that userspace fills (BPF has no floating
+//! point). Per CPU rather than per thread: a program runs on one CPU to its
+//! end, the array lookup is inlined, and each CPU's byte stream is sampled as
+//! a Poisson process all the same.
+//!
+//! Only a thread's outermost allocator call counts, so a global allocator
+//! that wraps libc (shim, then `malloc` inside it) or glibc's
+//! `realloc(NULL, n)` (a tail call into `malloc`) counts its bytes once:
+//! `CALLS` keeps each thread's open outermost call, in a slot by thread id
+//! (an array's lookup is inlined; a hash map's update is the dearest helper
+//! a uprobe calls). A free is recorded only for a block in `SAMPLED`.
+
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
+use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
+use leakscope_probe_ebpf::{
+    ALLOC_FLAG_NEW_UNSAMPLED, AllocCall, LostReason, RETURN_SP_OFFSET, SAMPLED_BLOCKS,
+    SPACING_SLOTS,
+};
+
+use super::records::count_lost;
+
+/// The recording's mean spacing in bytes; 0: every call is recorded.
+#[map]
+static SAMPLING: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Spacings to pick the next sampling point from (see the module docs).
+#[map]
+static SPACINGS: Array<u64> = Array::with_max_entries(SPACING_SLOTS, 0);
+
+/// Bytes left to the next sampling point, per CPU.
+#[map]
+static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
+
+const CALL_SLOTS: u32 = 16384;
+
+/// Each thread's open outermost allocator call, in slot `tid % CALL_SLOTS`.
+#[map]
+static CALLS: Array<OpenCall> = Array::with_max_entries(CALL_SLOTS, 0);
+
+/// Sampled blocks alive: only their frees are recorded.
+#[map]
+static SAMPLED: HashMap<u64, u8> = HashMap::with_max_entries(SAMPLED_BLOCKS, 0);
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct OpenCall {
+    /// The calling thread (0: the slot is free).
+    tid: u32,
+    /// The return probe its return goes through (an `AllocCall` family).
+    exit: u32,
+    /// Its entry's stack pointer.
+    sp: u64,
+    /// realloc: the block it resizes.
+    old: u64,
+    /// 0: not recorded; else 1 | the entry's flags << 1.
+    recorded: u32,
+    _pad: u32,
+}
+
+/// Whether this recording samples.
+#[inline(always)]
+pub(super) fn sampling() -> bool {
+    SAMPLING.get(0).is_some_and(|mean| *mean != 0)
+}
+
+/// At an allocator call's entry in a sampled recording: `None` when it is
+/// not recorded (nested in an open call of its thread, or not sampled),
+/// else the flags its entry record carries.
+#[inline(always)]
+pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64) -> Option<u32> {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let slot = CALLS.get_ptr_mut(tid & (CALL_SLOTS - 1))?;
+    // SAFETY: a valid slot of an array map.
+    let open = unsafe { *slot };
+    // A call entered below an open one of its thread (or at its very frame:
+    // a tail call) is nested in it.
+    if open.tid == tid && open.sp >= sp {
+        return None;
+    }
+    let new_sampled = crossed(size);
+    let old_sampled = call == AllocCall::Realloc && old != 0 && {
+        // SAFETY: a lookup in a hash map the programs own.
+        unsafe { SAMPLED.get(&old) }.is_some()
+    };
+    let flags = if new_sampled {
+        Some(0)
+    } else if old_sampled {
+        Some(ALLOC_FLAG_NEW_UNSAMPLED)
+    } else {
+        None
+    };
+    // SAFETY: a valid slot of an array map, this thread's.
+    unsafe {
+        *slot = OpenCall {
+            tid,
+            exit: call.exit() as u32,
+            sp,
+            old: if old_sampled { old } else { 0 },
+            recorded: flags.map_or(0, |f| 1 | (f << 1)),
+            _pad: 0,
+        };
+    }
+    flags
+}
+
+/// At a return in a sampled recording: whether the call is recorded (its
+/// thread's outermost, and sampled). Files the new block among the sampled
+/// ones, and takes out the block a realloc resized.
+#[inline(always)]
+pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> bool {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(slot) = CALLS.get_ptr_mut(tid & (CALL_SLOTS - 1)) else {
+        return false;
+    };
+    // SAFETY: a valid slot of an array map.
+    let open = unsafe { *slot };
+    if open.tid != tid || open.sp.wrapping_add(RETURN_SP_OFFSET) != sp || open.exit != call as u32 {
+        // A nested call's return, or one whose entry ran before the probes.
+        return false;
+    }
+    // SAFETY: this thread's slot.
+    unsafe { (*slot).tid = 0 };
+    if open.recorded == 0 {
+        return false;
+    }
+    if open.old != 0 && addr != 0 {
+        let _ = SAMPLED.remove(&open.old);
+    }
+    let new_sampled = (open.recorded >> 1) & ALLOC_FLAG_NEW_UNSAMPLED == 0;
+    if new_sampled && addr != 0 && SAMPLED.insert(&addr, &1, 0).is_err() {
+        count_lost(LostReason::SampledFull);
+    }
+    true
+}
+
+/// At a free in a sampled recording: whether `addr` is a sampled block (then
+/// no longer filed).
+#[inline(always)]
+pub(super) fn free(addr: u64) -> bool {
+    SAMPLED.remove(&addr).is_ok()
+}
+
+/// Counts `size` bytes down; true when they cross a sampling point (the next
+/// is then drawn).
+#[inline(always)]
+fn crossed(size: u64) -> bool {
+    let Some(left) = COUNTDOWN.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's slot.
+    let now = unsafe { *left } - size.max(1) as i64;
+    if now > 0 {
+        // SAFETY: this CPU's slot.
+        unsafe { *left = now };
+        return false;
+    }
+    // SAFETY: plain helper call.
+    let pick = unsafe { bpf_get_prandom_u32() } & (SPACING_SLOTS - 1);
+    let spacing = SPACINGS.get(pick).copied().unwrap_or(1).max(1);
+    // SAFETY: this CPU's slot.
+    unsafe { *left = spacing as i64 };
+    true
+}
