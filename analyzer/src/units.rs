@@ -2,10 +2,15 @@
 
 use leakscope_recording::sampling::Sampling;
 
-/// Bytes in B / KiB / MiB.
+/// Bytes in B / KiB / MiB / GiB / TiB.
 pub fn bytes(n: u64) -> String {
     let n = n as f64;
-    if n >= 1024.0 * 1024.0 {
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    if n >= 1024.0 * GIB {
+        format!("{:.1} TiB", n / (1024.0 * GIB))
+    } else if n >= GIB {
+        format!("{:.1} GiB", n / GIB)
+    } else if n >= 1024.0 * 1024.0 {
         format!("{:.1} MiB", n / (1024.0 * 1024.0))
     } else if n >= 1024.0 {
         format!("{:.1} KiB", n / 1024.0)
@@ -60,5 +65,6 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(12_576), "12.3 KiB");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(bytes(4407 << 20), "4.3 GiB");
     }
 }

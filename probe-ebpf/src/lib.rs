@@ -282,6 +282,13 @@ pub const ALLOC_FLAG_NEW_UNSAMPLED: u32 = 2;
 /// draw one).
 pub const SPACING_SLOTS: u32 = 4096;
 
+/// Scope kinds (the low bits of a cookie) whose calls are a session's birth
+/// window: `ScopeKind::SessionCreate` and `ScopeKind::WorkerSpawn`. In a
+/// sampled recording every allocation made inside one is recorded whole, so
+/// that a session's map entry, channels and worker task are seen, and its
+/// state is as exact as in a recording of every call.
+pub const BIRTH_SCOPE_KINDS: [u32; 2] = [0, 1];
+
 /// Sampled blocks alive that the programs can tell a free of (the `SAMPLED`
 /// hash map): at the default mean, ~128 GiB of heap.
 pub const SAMPLED_BLOCKS: u32 = 1 << 18;

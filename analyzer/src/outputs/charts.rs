@@ -148,7 +148,18 @@ fn title(timeline: &Timeline, what: &str) -> String {
         .as_deref()
         .map(|v| format!(", rmcp {v}"))
         .unwrap_or_default();
-    format!("{what}: {exe} (pid {}{rmcp})", h.pid)
+    // A sampled recording's bytes are estimates: the chart says so.
+    let sampled = h
+        .sampling
+        .mean_bytes()
+        .map(|mean| {
+            format!(
+                ", estimated from samples every {}",
+                crate::units::bytes(mean)
+            )
+        })
+        .unwrap_or_default();
+    format!("{what}: {exe} (pid {}{rmcp}{sampled})", h.pid)
 }
 
 /// The ranges of a live-bytes chart: one timeline's own, or shared by several

@@ -4,7 +4,10 @@
 //! Sample types are those of Go's heap profiles, in their order:
 //! `alloc_objects`, `alloc_space` (everything allocated during the recording),
 //! `inuse_objects`, `inuse_space` (live at its end); viewers open `inuse_space`
-//! by default. Every allocation is recorded, so the period is 1 (no sampling).
+//! by default. A recording of every call has period 1; a sampled one has its
+//! mean spacing as the period (bytes, as Go's `MemProfileRate`), and its
+//! values are already the estimates (each sample weighted by itself), so a
+//! viewer shows them as they are.
 //! Samples carry the labels `category` and `session_state` (`closed`, `leaked`,
 //! `live`, `unknown`; absent outside sessions), e.g. for
 //! `go tool pprof -tagfocus session_state=leaked`.
@@ -169,6 +172,8 @@ pub struct Origin {
     pub duration_ns: u64,
     /// One line for viewers that show comments (`go tool pprof -comments`).
     pub comment: String,
+    /// Bytes between samples; 1 when every call was recorded.
+    pub period: u64,
 }
 
 impl Origin {
@@ -181,9 +186,13 @@ impl Origin {
                 .saturating_add(timeline.start_ns.saturating_sub(clock.monotonic_ns)),
             duration_ns: timeline.end_ns.saturating_sub(timeline.start_ns),
             comment: format!(
-                "leakscope heap profile of {} (pid {}), {}",
-                timeline.header.exe, timeline.header.pid, timeline.header.producer_version
+                "leakscope heap profile of {} (pid {}), {}; allocations {}",
+                timeline.header.exe,
+                timeline.header.pid,
+                timeline.header.producer_version,
+                timeline.header.sampling.describe()
             ),
+            period: timeline.header.sampling.mean_bytes().unwrap_or(1),
         }
     }
 }
@@ -301,7 +310,7 @@ pub fn to_proto(profile: &HeapProfile, origin: &Origin) -> Profile {
         time_nanos: origin.start_unix_ns as i64,
         duration_nanos: origin.duration_ns as i64,
         period_type: Some(period_type),
-        period: 1,
+        period: origin.period as i64,
         comment,
         default_sample_type,
     }

@@ -89,14 +89,20 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
     let candidate = timeline
         .sites
         .iter()
-        .filter(|site| site.is_leak_candidate())
+        .filter(|site| site.is_leak_candidate() && matters(site))
+        .max_by_key(|site| site.retained_bytes);
+    // Growth too small, or seen too briefly, to claim: said, never a leak.
+    let small = timeline
+        .sites
+        .iter()
+        .filter(|site| site.is_leak_candidate() && !matters(site))
         .max_by_key(|site| site.retained_bytes);
     let parked = summary
         .objects
         .get(&ObjectKind::Task)
         .and_then(|tasks| tasks.spawn_sites.iter().find(|site| site.leak));
     if summary.sessions.count > 0 {
-        return sessions_verdict(summary, timeline, candidate, parked, &caveat);
+        return sessions_verdict(summary, timeline, candidate, small, parked, &caveat);
     }
     let no_sessions = if summary.missing_signals.is_empty() {
         "no rmcp sessions in this process"
@@ -115,6 +121,15 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
             format!(
                 "Top leak candidate: {} ({no_sessions}){caveat}.",
                 describe_growth(site, timeline.header.sampling)
+            ),
+        );
+    }
+    if let Some(site) = small {
+        return (
+            VerdictKind::Undecided,
+            format!(
+                "{} ({no_sessions}){caveat}.",
+                describe_small(site, timeline)
             ),
         );
     }
@@ -176,6 +191,7 @@ fn sessions_verdict(
     summary: &Summary,
     timeline: &Timeline,
     candidate: Option<&Site>,
+    small: Option<&Site>,
     parked: Option<&SpawnSite>,
     caveat: &str,
 ) -> (VerdictKind, String) {
@@ -297,6 +313,13 @@ fn sessions_verdict(
         ));
         return (VerdictKind::Leak, format!("{text}{caveat}."));
     }
+    if let Some(site) = small {
+        text.push_str(&format!(
+            "; outside sessions, {}",
+            describe_small(site, timeline)
+        ));
+        return (VerdictKind::Undecided, format!("{text}{caveat}."));
+    }
     (VerdictKind::NoLeak, format!("{text}{caveat}."))
 }
 
@@ -311,15 +334,64 @@ fn caveat(summary: &Summary) -> String {
     )
 }
 
-/// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s"
-/// (in a sampled recording, "~1.2 MiB ±14% in ~500 blocks").
+/// A leak claim needs growth that matters: at least this much kept...
+pub const MIN_LEAK_BYTES: u64 = 32 * 1024;
+/// ...at a rate that comes to at least this much a day. A server that
+/// grows 1 MiB a day is not the one a user is hunting, and growth of a few
+/// KiB in minutes is as likely a map settling to its size: on Apollo MCP
+/// Server 2.1.0, a 12-minute recording saw `RawTable::reserve_rehash` keep
+/// 8.1 KiB at 12 B/s (1 MiB a day) on a heap the server's own figure showed
+/// steady, and called it a leak.
+pub const MIN_LEAK_BYTES_PER_DAY: f64 = 64.0 * 1024.0 * 1024.0;
+
+const DAY_S: f64 = 86_400.0;
+
+/// Whether a leak candidate's growth is enough to claim a leak.
+fn matters(site: &Site) -> bool {
+    site.retained_bytes >= MIN_LEAK_BYTES
+        && site.growth_bytes_per_s * DAY_S >= MIN_LEAK_BYTES_PER_DAY
+}
+
+/// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s
+/// (287 MiB a day)" (in a sampled recording, "~1.2 MiB ±14% in ~500
+/// blocks").
 fn describe_growth(site: &Site, sampling: Sampling) -> String {
     let name = site_name(site);
+    let rate = site.growth_bytes_per_s.max(0.0);
     format!(
-        "`{name}` {} allocated during the recording and never freed, growing at {}/s",
+        "`{name}` {} allocated during the recording and never freed, growing at {}/s ({} a day)",
         keeps(site.retained_bytes, site.blocks, sampling),
-        bytes(site.growth_bytes_per_s.max(0.0) as u64)
+        bytes(rate as u64),
+        bytes((rate * DAY_S) as u64)
     )
+}
+
+/// A candidate whose growth is too small to claim, said as what was seen and
+/// what decides: "`site` kept 8.1 KiB in 56 blocks over 12 min, growing at
+/// 12 B/s (1.0 MiB a day): too little to call a leak from this recording; a
+/// longer one decides".
+fn describe_small(site: &Site, timeline: &Timeline) -> String {
+    let name = site_name(site);
+    let rate = site.growth_bytes_per_s.max(0.0);
+    format!(
+        "`{name}` {} over {}, growing at {}/s ({} a day): too little to call a leak (a leak is claimed from {} kept at {} a day); a longer recording decides, e.g. `leakscope-probe attach --pid PID --sample` left on for an hour",
+        keeps(site.retained_bytes, site.blocks, timeline.header.sampling)
+            .replacen("keeps", "kept", 1),
+        minutes(timeline.duration_s()),
+        bytes(rate as u64),
+        bytes((rate * DAY_S) as u64),
+        bytes(MIN_LEAK_BYTES),
+        bytes(MIN_LEAK_BYTES_PER_DAY as u64)
+    )
+}
+
+/// "12 min" or "45 s".
+fn minutes(seconds: f64) -> String {
+    if seconds >= 120.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{seconds:.0} s")
+    }
 }
 
 /// "keeps 1.2 MiB in 500 blocks", as the verdict and the report's links say it.
@@ -401,5 +473,35 @@ mod tests {
             }
         );
         assert_eq!(Reaping::of(None), Reaping::Unknown);
+    }
+
+    fn candidate(bytes: u64, rate: f64) -> Site {
+        Site {
+            stack: None,
+            frames: vec![],
+            category: crate::stages::attribute::Category::Other,
+            decided_by: None,
+            retained_bytes: bytes,
+            blocks: 56,
+            samples: 56,
+            session_bytes: 0,
+            growth_bytes_per_s: rate,
+            linearity: 1.0,
+            first_alloc_ns: 0,
+            last_alloc_ns: 0,
+            activity_span: 1.0,
+        }
+    }
+
+    /// The Apollo case: 8.1 KiB at 12 B/s (1 MiB a day) is no leak to claim;
+    /// the cache server's 49 KiB at 10 KiB/s is; and a fast rate seen for a
+    /// moment (a few KiB) or a large but slow one is not yet.
+    #[test]
+    fn a_leak_claim_needs_a_rate_that_matters() {
+        assert!(candidate(8_300, 12.0).is_leak_candidate());
+        assert!(!matters(&candidate(8_300, 12.0)));
+        assert!(matters(&candidate(49 * 1024, 10_240.0)));
+        assert!(!matters(&candidate(4 * 1024, 100_000.0)), "too little seen");
+        assert!(!matters(&candidate(10 << 20, 100.0)), "8 MiB a day");
     }
 }

@@ -251,7 +251,12 @@ impl Builder {
             .or(inherited);
         // Each sample weighted by itself: summing sizes first and unbiasing
         // the sum after is wrong for a site whose blocks differ in size.
-        let weight = self.sampling.weight(size);
+        let weight = if self.sampling.is_sampled() && self.sessions.in_birth_scope(tid) {
+            // Recorded whole: a session's birth is never sampled.
+            leakscope_recording::sampling::Sampling::Every.weight(size)
+        } else {
+            self.sampling.weight(size)
+        };
         let bytes = weight.bytes.round() as u64;
         self.allocated.add(stack, session, bytes, weight.count);
         let block = Block {

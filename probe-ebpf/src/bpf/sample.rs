@@ -22,8 +22,8 @@ use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use leakscope_probe_ebpf::{
-    ALLOC_FLAG_NEW_UNSAMPLED, AllocCall, LostReason, RETURN_SP_OFFSET, SAMPLED_BLOCKS,
-    SPACING_SLOTS,
+    ALLOC_FLAG_NEW_UNSAMPLED, AllocCall, BIRTH_SCOPE_KINDS, LostReason, RETURN_SP_OFFSET,
+    SAMPLED_BLOCKS, SPACING_SLOTS,
 };
 
 use super::records::count_lost;
@@ -45,6 +45,11 @@ const CALL_SLOTS: u32 = 16384;
 /// Each thread's open outermost allocator call, in slot `tid % CALL_SLOTS`.
 #[map]
 static CALLS: Array<OpenCall> = Array::with_max_entries(CALL_SLOTS, 0);
+
+/// Each thread's open birth windows (see `BIRTH_SCOPE_KINDS`), in slot
+/// `tid % CALL_SLOTS`: (tid, depth).
+#[map]
+static WINDOWS: Array<[u32; 2]> = Array::with_max_entries(CALL_SLOTS, 0);
 
 /// Sampled blocks alive: only their frees are recorded.
 #[map]
@@ -86,7 +91,10 @@ pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64) -> Option<u32
     if open.tid == tid && open.sp >= sp {
         return None;
     }
-    let new_sampled = crossed(size);
+    // Inside a session's birth window everything is recorded (see
+    // `BIRTH_SCOPE_KINDS`): the countdown is not touched, so the sample
+    // outside stays a sample.
+    let new_sampled = in_window(tid) || crossed(size);
     let old_sampled = call == AllocCall::Realloc && old != 0 && {
         // SAFETY: a lookup in a hash map the programs own.
         unsafe { SAMPLED.get(&old) }.is_some()
@@ -147,6 +155,37 @@ pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> bool {
 #[inline(always)]
 pub(super) fn free(addr: u64) -> bool {
     SAMPLED.remove(&addr).is_ok()
+}
+
+/// Whether `tid` is inside a session's birth window.
+#[inline(always)]
+fn in_window(tid: u32) -> bool {
+    WINDOWS
+        .get(tid & (CALL_SLOTS - 1))
+        .is_some_and(|w| w[0] == tid && w[1] > 0)
+}
+
+/// A lifecycle function of `kind` was entered (`enter`) or returned: a
+/// birth window opens or closes on this thread.
+#[inline(always)]
+pub(super) fn window(kind: u32, enter: bool) {
+    if !BIRTH_SCOPE_KINDS.contains(&kind) {
+        return;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(slot) = WINDOWS.get_ptr_mut(tid & (CALL_SLOTS - 1)) else {
+        return;
+    };
+    // SAFETY: this thread's slot of an array map.
+    unsafe {
+        let [owner, depth] = *slot;
+        let depth = if owner == tid { depth } else { 0 };
+        *slot = if enter {
+            [tid, depth.saturating_add(1)]
+        } else {
+            [tid, depth.saturating_sub(1)]
+        };
+    }
 }
 
 /// Counts `size` bytes down; true when they cross a sampling point (the next

@@ -8,9 +8,11 @@ use aya_ebpf::macros::{uprobe, uretprobe};
 use aya_ebpf::programs::{ProbeContext, RetProbeContext};
 use leakscope_probe_ebpf::{
     LostReason, PHASE_ENTER, PHASE_EXIT, RecordKind, SCOPE_RETURNS, ScopeRecord, scope_arg,
+    split_scope,
 };
 
 use super::records::{EVENTS, RB_FLAGS, count_lost, header, sp};
+use super::sample;
 
 #[inline(always)]
 fn send_scope(scope: u32, phase: u32, arg: u64, sp: u64, ret: u64) {
@@ -45,6 +47,9 @@ fn scope_cookie(ctx_ptr: *mut core::ffi::c_void) -> u32 {
 #[uprobe]
 pub fn scope_enter(ctx: ProbeContext) -> u32 {
     let scope = scope_cookie(ctx.as_ptr());
+    if sample::sampling() && scope & SCOPE_RETURNS != 0 {
+        sample::window(split_scope(scope).0, true);
+    }
     let sp = sp(ctx.regs);
     let ret = if scope & SCOPE_RETURNS != 0 {
         // SAFETY: reads the target's own stack, without faulting.
@@ -94,6 +99,10 @@ fn argument(regs: *mut aya_ebpf::bindings::pt_regs, index: u32) -> u64 {
 #[uretprobe]
 pub fn scope_exit(ctx: RetProbeContext) -> u32 {
     let ret: u64 = ctx.ret();
-    send_scope(scope_cookie(ctx.as_ptr()), PHASE_EXIT, ret, sp(ctx.regs), 0);
+    let scope = scope_cookie(ctx.as_ptr());
+    if sample::sampling() {
+        sample::window(split_scope(scope).0, false);
+    }
+    send_scope(scope, PHASE_EXIT, ret, sp(ctx.regs), 0);
     0
 }

@@ -199,6 +199,15 @@ impl SessionTracker {
         Some(session)
     }
 
+    /// Whether `tid` is inside a birth scope (a session-create or worker-spawn
+    /// call), whatever session it turns out to be: in a sampled eBPF
+    /// recording the probe records every allocation made there whole
+    /// (`BIRTH_SCOPE_KINDS` in `probe-ebpf`), so each counts for itself.
+    pub fn in_birth_scope(&self, tid: u32) -> bool {
+        self.create_depth.get(&tid).is_some_and(|d| *d > 0)
+            || self.spawn_depth.get(&tid).is_some_and(|d| *d > 0)
+    }
+
     /// Records were lost: a lost scope exit would leave a thread inside a birth
     /// window or a worker poll for the rest of the recording, charging whatever
     /// it allocates later to that session. Forget what each thread is inside;
