@@ -92,21 +92,17 @@ impl<A: GlobalAlloc> Alloc<A> {
         layout: Layout,
         new_size: usize,
     ) -> *mut u8 {
-        // SAFETY: the caller's `new_size`, rounded up to `align`, does not
-        // overflow (GlobalAlloc::realloc's contract).
-        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        // SAFETY: forwarded contract; `new_size` is non-zero.
-        let new = unsafe { System.alloc(new_layout) };
-        if !new.is_null() {
-            // SAFETY: both blocks are valid for the smaller size and distinct;
-            // `block` was allocated by this allocator with `layout`. dhat
-            // frees a block it never saw through System.
-            unsafe {
-                std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size));
-                self.inner.dealloc(block, layout);
-            }
+        // SAFETY: forwarded contract; `block` was allocated by this allocator
+        // with `layout`, and dhat frees a block it never saw through System.
+        unsafe {
+            move_block(
+                block,
+                layout,
+                new_size,
+                |new_layout| System.alloc(new_layout),
+                || self.inner.dealloc(block, layout),
+            )
         }
-        new
     }
 
     #[cold]
@@ -231,20 +227,19 @@ impl<A: GlobalAlloc> Alloc<A> {
         layout: Layout,
         new_size: usize,
     ) -> *mut u8 {
-        // SAFETY: the caller's `new_size`, rounded up to `align`, does not
-        // overflow (GlobalAlloc::realloc's contract).
-        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        // SAFETY: forwarded contract; `new_size` is non-zero.
-        let new = unsafe { self.own_alloc(new_layout, false) };
-        if !new.is_null() {
-            // SAFETY: both valid for the smaller size and distinct; `block`
-            // is a sampled block of this allocator made with `layout`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size));
-                self.dealloc_as_made(block, layout, true);
-            }
+        // SAFETY: forwarded contract; `block` is a sampled block of this
+        // allocator made with `layout` (over-aligned).
+        unsafe {
+            move_block(
+                block,
+                layout,
+                new_size,
+                |new_layout| self.own_alloc(new_layout, false),
+                || {
+                    self.dealloc_as_made(block, layout, true);
+                },
+            )
         }
-        new
     }
 
     /// A realloc in a sampled recording (or of a block a sampled recording
@@ -412,4 +407,33 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         }
         new
     }
+}
+
+/// A realloc by hand: a new block of `new_size` from `make`, what fits of
+/// `block` (made with `layout`) copied into it, and the old one handed to
+/// `give_back`; for blocks whose old and new homes differ. Returns null
+/// (the old block untouched) when `make` fails.
+///
+/// # Safety
+/// GlobalAlloc::realloc's contract for `block`, `layout` and `new_size`;
+/// `make` returns null or a block valid for `new_size` bytes, and
+/// `give_back` frees `block` as it was made.
+unsafe fn move_block(
+    block: *mut u8,
+    layout: Layout,
+    new_size: usize,
+    make: impl FnOnce(Layout) -> *mut u8,
+    give_back: impl FnOnce(),
+) -> *mut u8 {
+    // SAFETY: the caller's `new_size`, rounded up to `align`, does not
+    // overflow (GlobalAlloc::realloc's contract).
+    let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+    let new = make(new_layout);
+    if !new.is_null() {
+        // SAFETY: both blocks are valid for the smaller size, and distinct
+        // (the old one is still allocated).
+        unsafe { std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size)) };
+        give_back();
+    }
+    new
 }

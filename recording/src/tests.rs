@@ -310,17 +310,10 @@ fn reads_format_version_4() {
         rmcp_version: today.rmcp_version.clone(),
         settings: today.settings.clone(),
     };
-    let frame = |payload: &[u8], bytes: &mut Vec<u8>| {
-        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        bytes.extend_from_slice(payload);
-    };
-    let mut bytes = MAGIC.to_vec();
-    bytes.extend_from_slice(&4u32.to_le_bytes());
-    frame(&postcard::to_stdvec(&v4).unwrap(), &mut bytes);
+    let mut bytes = file_with_header(4, &v4);
     let records = sample(3);
     let body = zstd::encode_all(&postcard::to_stdvec(&records).unwrap()[..], 1).unwrap();
-    frame(&body, &mut bytes);
+    push_frame(&body, &mut bytes);
     let mut reader = RecordingReader::new(&bytes[..], Path::new("v4.lsrec")).unwrap();
     assert_eq!(reader.format_version(), 4);
     assert_eq!(
@@ -353,11 +346,6 @@ fn reads_the_checked_in_sample_recordings() {
 /// past it is a torn tail saying why.
 #[test]
 fn a_file_that_expands_past_its_budget_stops_there() {
-    let frame = |payload: &[u8], bytes: &mut Vec<u8>| {
-        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        bytes.extend_from_slice(payload);
-    };
     let mut bytes = write(&[], 1);
     // `write` ends with the writer's end record; keep the header frame only.
     let header_end = RecordingReader::new(&bytes[..], Path::new("x.lsrec"))
@@ -368,7 +356,7 @@ fn a_file_that_expands_past_its_budget_stops_there() {
     let bomb = zstd::bulk::compress(&vec![0u8; MAX_FRAME_BYTES as usize], 19).unwrap();
     let frames = 100_000 / bomb.len();
     for _ in 0..frames {
-        frame(&bomb, &mut bytes);
+        push_frame(&bomb, &mut bytes);
     }
     assert!(bytes.len() < 200_000, "{} bytes", bytes.len());
     let mut reader = RecordingReader::new(&bytes[..], Path::new("bomb.lsrec")).unwrap();
@@ -422,36 +410,21 @@ fn a_frame_past_the_cap_is_a_torn_tail() {
 /// every call.
 #[test]
 fn a_version_7_header_reads_as_every_call() {
-    #[derive(serde::Serialize)]
-    struct HeaderV7 {
-        producer: Producer,
-        producer_version: String,
-        pid: u32,
-        exe: String,
-        build_id: Option<String>,
-        clock: ClockOrigin,
-        rmcp_version: Option<String>,
-        settings: Settings,
-        frame_pointers: FramePointers,
-    }
     let today = header();
-    let v7 = HeaderV7 {
-        producer: today.producer,
-        producer_version: today.producer_version.clone(),
-        pid: today.pid,
-        exe: today.exe.clone(),
-        build_id: today.build_id.clone(),
-        clock: today.clock,
-        rmcp_version: today.rmcp_version.clone(),
-        settings: today.settings.clone(),
-        frame_pointers: today.frame_pointers,
-    };
-    let mut bytes = MAGIC.to_vec();
-    bytes.extend_from_slice(&7u32.to_le_bytes());
-    let payload = postcard::to_stdvec(&v7).unwrap();
-    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    bytes.extend_from_slice(&payload);
+    // Versions 5 to 7 wrote today's fields up to `frame_pointers`, in order
+    // (postcard writes a struct as the tuple of its fields).
+    let v7 = (
+        today.producer,
+        today.producer_version.clone(),
+        today.pid,
+        today.exe.clone(),
+        today.build_id.clone(),
+        today.clock,
+        today.rmcp_version.clone(),
+        today.settings.clone(),
+        today.frame_pointers,
+    );
+    let bytes = file_with_header(7, &v7);
     let reader = RecordingReader::new(&bytes[..], Path::new("v7.lsrec")).unwrap();
     assert_eq!(reader.format_version(), 7);
     assert_eq!(
@@ -461,4 +434,20 @@ fn a_version_7_header_reads_as_every_call() {
             ..today
         }
     );
+}
+
+/// The start of a file of format `version` whose header frame holds
+/// `header`, serialized as that version wrote it.
+fn file_with_header(version: u32, header: &impl serde::Serialize) -> Vec<u8> {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&version.to_le_bytes());
+    push_frame(&postcard::to_stdvec(header).unwrap(), &mut bytes);
+    bytes
+}
+
+/// Appends a frame holding `payload`: its length, its CRC, itself.
+fn push_frame(payload: &[u8], bytes: &mut Vec<u8>) {
+    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    bytes.extend_from_slice(payload);
 }

@@ -646,8 +646,8 @@ pub(super) fn server_chart(server: &Value) -> Option<String> {
         b = top + plot_h,
         r = left + plot_w,
     );
-    const COLORS: [&str; 6] = [
-        "#7f7f7f", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e",
+    const COLORS: [&str; 8] = [
+        "#7f7f7f", "#d62728", "#e377c2", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
     ];
     for (i, (name, points)) in lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];

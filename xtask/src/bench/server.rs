@@ -31,12 +31,15 @@ pub(super) enum ServerTool {
     Cooperative,
     /// The cooperative allocator switched on sampled (`attach --sample`).
     CooperativeSampled,
+    /// The eBPF probe, sampling (`attach --sample`).
+    LeakscopeSampled,
 }
 
 impl ServerTool {
-    pub(super) const ALL: [ServerTool; 7] = [
+    pub(super) const ALL: [ServerTool; 8] = [
         ServerTool::Unprobed,
         ServerTool::Leakscope,
+        ServerTool::LeakscopeSampled,
         ServerTool::BccMemleak,
         ServerTool::Heaptrack,
         ServerTool::InProcess,
@@ -53,6 +56,7 @@ impl ServerTool {
             ServerTool::InProcess => "in_process",
             ServerTool::Cooperative => "cooperative",
             ServerTool::CooperativeSampled => "cooperative_sampled",
+            ServerTool::LeakscopeSampled => "leakscope_sampled",
         }
     }
 
@@ -68,6 +72,9 @@ impl ServerTool {
             }
             ServerTool::CooperativeSampled => {
                 "cooperative allocator, switched on sampled (`attach --sample`, 512 KiB)"
+            }
+            ServerTool::LeakscopeSampled => {
+                "leakscope probe, sampling (`attach --pid PID --sample`, 512 KiB)"
             }
         }
     }
@@ -236,13 +243,9 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         ServerTool::Leakscope | ServerTool::Cooperative => {
             Watcher::Probe(attach(env.probe, server.pid, &recording, false)?)
         }
-        ServerTool::CooperativeSampled => Watcher::Probe(attach_with(
-            env.probe,
-            server.pid,
-            &recording,
-            &["--sample"],
-            false,
-        )?),
+        ServerTool::CooperativeSampled | ServerTool::LeakscopeSampled => Watcher::Probe(
+            attach_with(env.probe, server.pid, &recording, &["--sample"], false)?,
+        ),
         ServerTool::BccMemleak => {
             Watcher::Bcc(BccMemleak::attach(server.pid, env.scratch).map_err(anyhow::Error::msg)?)
         }
@@ -286,6 +289,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
     server.finish()?;
     let lost = match tool {
         ServerTool::Leakscope
+        | ServerTool::LeakscopeSampled
         | ServerTool::InProcess
         | ServerTool::Cooperative
         | ServerTool::CooperativeSampled => {
