@@ -327,7 +327,10 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
         if let Some(sampled) = ip["cooperative_sampled_ns"].as_f64() {
             let _ = writeln!(
                 md,
-                "Sampled every 512 KiB on average, **{sampled:.1} ns** a pair: {:.2} ns over off                  (a countdown and a branch per allocation, a pointer test per free; a sample,                  every ~8,000 pairs of 64 B here, pays the walk and the buffer).",
+                "\nSampled every 512 KiB on average, **{sampled:.1} ns** a pair, {:.2} ns over \
+                 off: a countdown and a branch per allocation and a pointer test per free; a \
+                 sample (about one per 8,000 pairs of 64 B here) pays the stack walk and the \
+                 buffer.",
                 sampled - off
             );
         }
