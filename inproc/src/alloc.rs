@@ -4,7 +4,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 
 use super::recorder::mode::{Mode, mode, recording};
-use super::recorder::{RawKind, now_ns, own, record_memory, record_realloc, sampler};
+use super::recorder::{
+    RawKind, now_ns, own, record_memory, record_realloc, record_sampled_full, sampler,
+};
 use super::sampled;
 
 /// leakscope's global allocator over `A`: records each call while a
@@ -174,6 +176,7 @@ impl<A: GlobalAlloc> Alloc<A> {
                 }
                 // SAFETY: made just above with `wide`.
                 own::run(|| unsafe { self.inner.dealloc(block, wide) });
+                record_sampled_full();
             }
         }
         sampled::unreserve();

@@ -84,7 +84,8 @@ fn home(block: u64) -> usize {
 }
 
 /// Files a sampled block (reserved before); false when its slots are full:
-/// the caller frees it and makes an ordinary block instead.
+/// the caller frees it, makes an ordinary block instead, and counts it
+/// (a `lost` record, reason `sampled-full`).
 pub(crate) fn insert(block: *mut u8) -> bool {
     let key = block as u64;
     let start = home(key);

@@ -73,6 +73,9 @@ pub(super) struct Shared {
     /// Strings the events index (session ids), cleared at each start.
     pub(super) facts: Mutex<Vec<String>>,
     pub(super) lost: AtomicU64,
+    /// Sampled blocks that could not be filed (the table of sampled blocks
+    /// alive was full): made unsampled, so a leak of them would be missed.
+    pub(super) sampled_full: AtomicU64,
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -94,10 +97,12 @@ pub(super) fn reset() -> &'static Shared {
         spare: Mutex::new(None),
         facts: Mutex::new(Vec::new()),
         lost: AtomicU64::new(0),
+        sampled_full: AtomicU64::new(0),
     });
     lock(&shared.buffer).clear();
     lock(&shared.facts).clear();
     shared.lost.store(0, Ordering::SeqCst);
+    shared.sampled_full.store(0, Ordering::SeqCst);
     shared.stalled.store(false, Ordering::SeqCst);
     shared
 }

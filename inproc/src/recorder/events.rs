@@ -140,3 +140,12 @@ pub(crate) fn set_trace_origin(ts: u64) {
 pub(super) fn trace_origin() -> u64 {
     TRACE_ORIGIN.load(Ordering::SeqCst)
 }
+
+/// Called by the allocator: a sampling point fell in a block that could not
+/// be filed among the sampled blocks alive, so it was made unsampled; the
+/// recording says how many (`lost`, reason `sampled-full`).
+pub(crate) fn record_sampled_full() {
+    if let Some(shared) = shared() {
+        shared.sampled_full.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -27,8 +27,8 @@ pub use buffer::unwritten_events;
 #[cfg(feature = "chrome")]
 pub(crate) use events::set_trace_origin;
 pub(crate) use events::{
-    now_ns, record_memory, record_realloc, record_scope, record_session_created, record_session_id,
-    record_task_spawned,
+    now_ns, record_memory, record_realloc, record_sampled_full, record_scope,
+    record_session_created, record_session_id, record_task_spawned,
 };
 use mode::{Mode, claim, forked_child, idle, mode, recording, set_mode};
 use writer::{begin, write_loop};

@@ -71,6 +71,7 @@ fn write_until_stopped(
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     let mut lost_seen = 0;
+    let mut sampled_full_seen = 0;
     loop {
         // Recording is off before `stop` is set: this swap, under the lock
         // the threads push under, is the last, and nothing is pushed after it.
@@ -103,6 +104,15 @@ fn write_until_stopped(
                 count: lost - lost_seen,
             })?;
             lost_seen = lost;
+        }
+        let sampled_full = shared.sampled_full.load(Ordering::Relaxed);
+        if sampled_full > sampled_full_seen {
+            writer.push(Record::Lost {
+                ts: monotonic_ns(),
+                reason: LostReason::SampledFull,
+                count: sampled_full - sampled_full_seen,
+            })?;
+            sampled_full_seen = sampled_full;
         }
         writer.flush()?;
         if stopping {
