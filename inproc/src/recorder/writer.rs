@@ -70,8 +70,8 @@ fn write_until_stopped(
     spare: &mut Vec<RawEvent>,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
-    let mut lost_seen = 0;
-    let mut sampled_full_seen = 0;
+    // What each drop counter said when last written.
+    let mut seen = [0u64; 2];
     loop {
         // Recording is off before `stop` is set: this swap, under the lock
         // the threads push under, is the last, and nothing is pushed after it.
@@ -96,23 +96,20 @@ fn write_until_stopped(
             convert(raw, shared, writer)?;
         }
         spare.clear();
-        let lost = shared.lost.load(Ordering::Relaxed);
-        if lost > lost_seen {
-            writer.push(Record::Lost {
-                ts: monotonic_ns(),
-                reason: LostReason::BufferFull,
-                count: lost - lost_seen,
-            })?;
-            lost_seen = lost;
-        }
-        let sampled_full = shared.sampled_full.load(Ordering::Relaxed);
-        if sampled_full > sampled_full_seen {
-            writer.push(Record::Lost {
-                ts: monotonic_ns(),
-                reason: LostReason::SampledFull,
-                count: sampled_full - sampled_full_seen,
-            })?;
-            sampled_full_seen = sampled_full;
+        let counters = [
+            (&shared.lost, LostReason::BufferFull),
+            (&shared.sampled_full, LostReason::SampledFull),
+        ];
+        for ((counter, reason), seen) in counters.into_iter().zip(&mut seen) {
+            let now = counter.load(Ordering::Relaxed);
+            if now > *seen {
+                writer.push(Record::Lost {
+                    ts: monotonic_ns(),
+                    reason,
+                    count: now - *seen,
+                })?;
+                *seen = now;
+            }
         }
         writer.flush()?;
         if stopping {
