@@ -41,7 +41,7 @@ pub use stages::timeline::{Builder, Session, Task, Timeline};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use leakscope_recording::RecordingReader;
+use leakscope_recording::segments::Chain;
 
 use crate::stages::accounting::SAMPLE_INTERVAL_NS;
 pub use leakscope_recording::output::Owner;
@@ -94,9 +94,10 @@ pub fn analyze_with_progress(
     grace_ns: u64,
     mut on_progress: impl FnMut(Progress),
 ) -> Result<Timeline> {
-    let mut reader = RecordingReader::open(path)?;
+    // A recording written in segments (`attach --rotate`) reads as one.
+    let mut reader = Chain::open(path)?;
     let header = reader.header().clone();
-    let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let total = reader.total_bytes();
     let mut builder = Builder::new(rules, grace_ns, SAMPLE_INTERVAL_NS)
         .scope_functions(&header.settings.scope_functions)
         .sampling(header.sampling);
@@ -245,7 +246,10 @@ mod tests {
             },
         )
         .unwrap();
-        let header = RecordingReader::open(&recording).unwrap().header().clone();
+        let header = leakscope_recording::RecordingReader::open(&recording)
+            .unwrap()
+            .header()
+            .clone();
         let exe_dir = header.exe.rsplit_once('/').unwrap().0.to_owned();
         assert!(exe_dir.len() > 1, "the sample names a directory: {exe_dir}");
         for file in ["report.md", "summary.json", "trace.json", "flamegraph.svg"] {

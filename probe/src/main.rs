@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leakscope_probe::attach::{AttachEvent, AttachOptions, Stats, attach};
+use leakscope_probe::attach::{AttachEvent, AttachOptions, Rotation, Stats, attach};
 use leakscope_probe::plan::{missing_scopes, scope_matches};
 use leakscope_probe::symbols::ElfSymbols;
 use leakscope_recording::ScopeKind;
@@ -69,6 +69,16 @@ enum Command {
         /// tasks stay exact. `--sample 1` records every call, as no flag does.
         #[arg(long, value_name = "SIZE", num_args = 0..=1, default_missing_value = "512KiB", value_parser = parse_sample)]
         sample: Option<Sampling>,
+        /// Write the recording in segments, a new one this often (e.g. 1h):
+        /// OUT.000001.lsrec, OUT.000002.lsrec, ... each a whole recording;
+        /// `leakscope report OUT` reads those on disk as one. For a recording
+        /// that stays on: with --keep, its disk is bounded.
+        #[arg(long, value_name = "EVERY", value_parser = humantime::parse_duration)]
+        rotate: Option<Duration>,
+        /// With --rotate: segments kept on disk (the one being written
+        /// included); older ones are deleted.
+        #[arg(long, value_name = "N", default_value_t = 24, requires = "rotate", value_parser = clap::value_parser!(u32).range(1..))]
+        keep: u32,
     },
     /// Which lifecycle functions a preset finds in an executable, scope by scope
     /// (what `attach` would probe), without attaching. Exits 1 when a scope the
@@ -113,6 +123,8 @@ async fn run(cli: Cli) -> Result<()> {
             bpf_stats,
             ebpf,
             sample,
+            rotate,
+            keep,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -145,6 +157,7 @@ async fn run(cli: Cli) -> Result<()> {
                     bpf_stats,
                     ebpf,
                     sampling: sample.unwrap_or(Sampling::Every),
+                    rotation: rotate.map(|every| Rotation { every, keep }),
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
@@ -176,9 +189,15 @@ async fn run(cli: Cli) -> Result<()> {
                 stats.allocs,
                 stats.frees,
                 stats.lost,
-                out.display(),
+                outcome.written.display(),
                 outcome.end.describe()
             );
+            if rotate.is_some() {
+                eprintln!(
+                    "leakscope-probe: written in segments (at most {keep} on disk); `leakscope report {}` reads them as one",
+                    out.display()
+                );
+            }
             if stats.malformed > 0 {
                 eprintln!(
                     "leakscope-probe: {} records from the kernel could not be decoded and count as lost (is the eBPF object from another build of the probe?)",

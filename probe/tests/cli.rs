@@ -308,3 +308,21 @@ fn a_sample_that_is_not_a_size_is_refused_with_an_example() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn keep_needs_rotate_and_at_least_one_segment() {
+    let out = scratch("never-rotated.lsrec");
+    let path = out.to_str().unwrap();
+    let (ok, err) = probe(&["attach", "--pid", "1", "--keep", "3", "--out", path]);
+    assert!(!ok);
+    assert!(err.contains("--rotate"), "{err}");
+    let (ok, err) = probe(&[
+        "attach", "--pid", "1", "--rotate", "1h", "--keep", "0", "--out", path,
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--keep"), "{err}");
+    let (ok, err) = probe(&["attach", "--pid", "1", "--rotate", "soon", "--out", path]);
+    assert!(!ok);
+    assert!(err.contains("--rotate"), "{err}");
+    assert!(!out.exists());
+}

@@ -139,6 +139,21 @@ pub struct Header {
     /// Which allocations were recorded: every one, or a sample by bytes
     /// whose figures are estimates (format 8).
     pub sampling: Sampling,
+    /// A recording that stays on is written in segments (`attach --rotate`):
+    /// which one this is. `None`: a recording of one file (format 9).
+    pub segment: Option<Segment>,
+}
+
+/// One file of a recording written in segments: each is a whole recording
+/// (header, mappings, its own stacks) of the time it covers, and consecutive
+/// segments read as one (`crate::segments`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// 1 for the first segment of the run, then one more each rotation.
+    pub index: u32,
+    /// When the run's first segment began (`monotonic_ns`): the segments of
+    /// one run share it.
+    pub run_start_ns: u64,
 }
 
 /// The process a recording is of, as plain values (a producer reads them:
@@ -171,6 +186,7 @@ impl Header {
             settings,
             frame_pointers: FramePointers::Unknown,
             sampling: Sampling::Every,
+            segment: None,
         }
     }
 }
@@ -330,6 +346,8 @@ pub enum EndReason {
     /// The target `exec`ed another program: the probes were on the old image,
     /// and its mappings no longer describe the process.
     TargetExeced,
+    /// The recording goes on in the next segment (`attach --rotate`; format 9).
+    Rotated,
 }
 
 impl EndReason {
@@ -341,6 +359,7 @@ impl EndReason {
             EndReason::TargetExited => "target exited",
             EndReason::Finished => "finished",
             EndReason::TargetExeced => "target exec'd another program",
+            EndReason::Rotated => "continued in the next segment",
         }
     }
 }

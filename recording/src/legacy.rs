@@ -168,6 +168,7 @@ impl From<HeaderV1> for Header {
             rmcp_version,
             frame_pointers: FramePointers::Unknown,
             sampling: Sampling::Every,
+            segment: None,
             settings: Settings {
                 alloc_layer,
                 alloc_layer_reason,
@@ -209,6 +210,7 @@ impl From<HeaderV4> for Header {
             settings: v4.settings,
             frame_pointers: FramePointers::Unknown,
             sampling: Sampling::Every,
+            segment: None,
         }
     }
 }
@@ -241,6 +243,40 @@ impl From<HeaderV7> for Header {
             settings: v7.settings,
             frame_pointers: v7.frame_pointers,
             sampling: Sampling::Every,
+            segment: None,
+        }
+    }
+}
+
+/// The header of format version 8: today's without `segment` (one file).
+#[derive(Deserialize)]
+pub(crate) struct HeaderV8 {
+    producer: Producer,
+    producer_version: String,
+    pid: u32,
+    exe: String,
+    build_id: Option<String>,
+    clock: ClockOrigin,
+    rmcp_version: Option<String>,
+    settings: Settings,
+    frame_pointers: FramePointers,
+    sampling: Sampling,
+}
+
+impl From<HeaderV8> for Header {
+    fn from(v8: HeaderV8) -> Self {
+        Header {
+            producer: v8.producer,
+            producer_version: v8.producer_version,
+            pid: v8.pid,
+            exe: v8.exe,
+            build_id: v8.build_id,
+            clock: v8.clock,
+            rmcp_version: v8.rmcp_version,
+            settings: v8.settings,
+            frame_pointers: v8.frame_pointers,
+            sampling: v8.sampling,
+            segment: None,
         }
     }
 }

@@ -20,6 +20,7 @@
 //! The format version sits outside the frames so a reader can refuse a newer file
 //! before decoding anything. `docs/recording-format.md` is the reference.
 
+pub mod coalesce;
 pub mod control;
 mod demangle;
 mod event;
@@ -29,13 +30,15 @@ pub mod output;
 pub mod preset;
 mod reader;
 pub mod sampling;
+pub mod segments;
 pub mod target;
 mod writer;
 
 pub use demangle::demangle;
 pub use event::{
     AllocLayer, ClockOrigin, EndReason, Header, Identity, LostReason, Mapping, Phase, Producer,
-    Record, ScopeFunction, ScopeKind, SessionFact, Settings, StackId, TaskEvent, monotonic_ns,
+    Record, ScopeFunction, ScopeKind, Segment, SessionFact, Settings, StackId, TaskEvent,
+    monotonic_ns,
 };
 pub use frame_pointers::FramePointers;
 pub use reader::{ReadError, RecordingReader, Tail, decode_budget};
@@ -63,7 +66,10 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 8: [`Header::sampling`] (a recording may hold a sample of the
 ///   allocations) and `LostReason::SampledFull` (appended). Versions 5 to 7
 ///   read as recordings of every call.
-pub const FORMAT_VERSION: u32 = 8;
+/// * 9: [`Header::segment`] (a recording written in segments, see
+///   [`segments`]) and `EndReason::Rotated` (appended). Version 8 reads as a
+///   recording of one file.
+pub const FORMAT_VERSION: u32 = 9;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -75,7 +81,7 @@ pub const MAX_FRAME_BYTES: u32 = 64 << 20;
 /// tail is reported on stderr after the readable prefix (which is still printed).
 pub fn dump(path: &std::path::Path, out: impl std::io::Write) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let mut reader = RecordingReader::open(path)?;
+    let mut reader = segments::Chain::open(path)?;
     let mut out = std::io::BufWriter::new(out);
     writeln!(out, "{}", serde_json::to_string(reader.header())?)?;
     for record in reader.by_ref() {

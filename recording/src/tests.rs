@@ -32,6 +32,10 @@ fn header() -> Header {
         },
         frame_pointers: FramePointers::Kept,
         sampling: crate::sampling::Sampling::Bytes { mean: 512 * 1024 },
+        segment: Some(Segment {
+            index: 3,
+            run_start_ns: 7,
+        }),
     }
 }
 
@@ -321,6 +325,7 @@ fn reads_format_version_4() {
         &Header {
             frame_pointers: FramePointers::Unknown,
             sampling: crate::sampling::Sampling::Every,
+            segment: None,
             ..today
         }
     );
@@ -431,6 +436,35 @@ fn a_version_7_header_reads_as_every_call() {
         reader.header(),
         &Header {
             sampling: crate::sampling::Sampling::Every,
+            segment: None,
+            ..today
+        }
+    );
+}
+
+/// A recording of format 8 (no `segment` in its header) reads as one file.
+#[test]
+fn a_version_8_header_reads_as_one_file() {
+    let today = header();
+    let v8 = (
+        today.producer,
+        today.producer_version.clone(),
+        today.pid,
+        today.exe.clone(),
+        today.build_id.clone(),
+        today.clock,
+        today.rmcp_version.clone(),
+        today.settings.clone(),
+        today.frame_pointers,
+        today.sampling,
+    );
+    let bytes = file_with_header(8, &v8);
+    let reader = RecordingReader::new(&bytes[..], Path::new("v8.lsrec")).unwrap();
+    assert_eq!(reader.format_version(), 8);
+    assert_eq!(
+        reader.header(),
+        &Header {
+            segment: None,
             ..today
         }
     );

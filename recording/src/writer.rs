@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use super::coalesce::Coalescer;
 use super::{FORMAT_VERSION, Header, MAGIC, Record, StackId};
 
 /// Records per frame at most; a frame is also cut by every [`RecordingWriter::flush`].
@@ -40,6 +41,9 @@ pub struct RecordingWriter<W: Write = BufWriter<File>> {
     /// foldhash, not std's SipHash: every allocation's stack (up to 24
     /// return addresses) is hashed here, on the producer's one writer thread.
     stacks: HashMap<Vec<u64>, StackId, foldhash::fast::RandomState>,
+    /// A sampled recording's polls that hold nothing are thinned (see
+    /// [`coalesce`](super::coalesce)); a recording of every call keeps them all.
+    coalescer: Option<Coalescer>,
 }
 
 impl RecordingWriter<BufWriter<File>> {
@@ -65,6 +69,11 @@ impl<W: Write> RecordingWriter<W> {
             encoded: Vec::new(),
             frame: Vec::new(),
             stacks: HashMap::default(),
+            coalescer: header
+                .sampling
+                .mean_bytes()
+                .is_some()
+                .then(Coalescer::default),
         })
     }
 
@@ -102,6 +111,9 @@ impl<W: Write> RecordingWriter<W> {
 
     /// Writes the pending records as one frame and flushes it to the file.
     pub fn flush(&mut self) -> io::Result<()> {
+        if let Some(coalescer) = &mut self.coalescer {
+            coalescer.coalesce(&mut self.pending);
+        }
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -128,6 +140,12 @@ impl<W: Write> RecordingWriter<W> {
         self.pending.clear();
         self.frames += 1;
         Ok(())
+    }
+
+    /// Empty polls left out so far (a sampled recording's; see
+    /// [`coalesce`](super::coalesce)).
+    pub fn polls_coalesced(&self) -> u64 {
+        self.coalescer.as_ref().map_or(0, Coalescer::dropped)
     }
 
     /// Frames written so far (the header not counted).

@@ -112,6 +112,13 @@ pub fn render(summary: &Summary, timeline: &Timeline) -> String {
         summary.duration_s, summary.events.alloc, summary.events.free, summary.events.lost
     );
     let _ = writeln!(md, "- allocations recorded: {}", h.sampling.describe());
+    if let Some(segment) = h.segment {
+        let _ = writeln!(
+            md,
+            "- written in segments (`attach --rotate`): read from segment {} on, as if attached when it began; what older segments held is not in this report",
+            segment.index
+        );
+    }
     let ending = match (&timeline.tail, timeline.end_reason) {
         (Tail::Torn { offset, reason }, _) => {
             format!("torn at byte {offset} ({reason}); the readable prefix was analyzed")

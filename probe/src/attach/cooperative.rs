@@ -10,15 +10,14 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use leakscope_recording::control::{ERROR_PREFIX, Request, peer, socket_name};
-use leakscope_recording::output;
 use leakscope_recording::target::is_alive;
 use leakscope_recording::{
-    EndReason, Header, Record, RecordingReader, RecordingWriter, ScopeKind, SessionFact, Tail,
-    monotonic_ns,
+    EndReason, Header, Record, RecordingReader, ScopeKind, SessionFact, Tail, monotonic_ns,
 };
 
+use super::rotation::Output;
 use super::{
     AttachEvent, AttachOptions, AttachOutcome, LiveBytes, NEVER, Stats, StopSignals, deadline,
 };
@@ -53,8 +52,8 @@ pub(crate) async fn record(
     signals: &mut StopSignals,
     on_event: &mut impl FnMut(AttachEvent<'_>),
 ) -> Result<AttachOutcome> {
-    output::check_path(&options.out, options.existing)
-        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    let mut output = Output::new(options);
+    output.check()?;
     let pid = options.pid;
     let mut request = stream.try_clone()?;
     // A refusal may come (and the socket close) before the request is even
@@ -81,15 +80,11 @@ pub(crate) async fn record(
             Ok(()) => bail!("pid {pid} closed its control socket without a recording"),
         },
     };
-    let file = output::create_file(&options.out, options.existing, options.owner)
-        .with_context(|| format!("cannot create {}", options.out.display()))?;
     let mut header = *header;
     header.settings.notes.push(
         "switched on by leakscope-probe attach: the process records itself (leakscope_inproc::Alloc), no eBPF".into(),
     );
-    let mut writer =
-        RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file), &header)
-            .with_context(|| format!("cannot write {}", options.out.display()))?;
+    let mut writer = output.create(&header)?;
     on_event(AttachEvent::InProcess { pid });
 
     let mut stats = Stats {
@@ -149,7 +144,7 @@ pub(crate) async fn record(
                             continue;
                         }
                         count(&record, &mut stats, &mut live);
-                        writer.push(record).map_err(written)?;
+                        output.forward(&mut writer, record).map_err(written)?;
                     }
                 }
                 Some(Streamed::Header(_)) => {}
@@ -158,6 +153,10 @@ pub(crate) async fn record(
             },
             _ = flush.tick() => writer.flush().map_err(written)?,
             _ = slow.tick() => {
+                if output.due() {
+                    writer.flush().map_err(written)?;
+                    output.rotate(&mut writer, monotonic_ns())?;
+                }
                 let rate = (stats.events - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), stats.events);
                 on_event(AttachEvent::Progress { stats: &stats, events_per_s: rate });
@@ -193,6 +192,7 @@ pub(crate) async fn record(
     Ok(AttachOutcome {
         stats,
         end,
+        written: output.path(),
         programs: Vec::new(),
     })
 }

@@ -14,6 +14,7 @@
 mod cooperative;
 mod ebpf;
 mod entry;
+mod rotation;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ use leakscope_recording::sampling::Sampling;
 pub use cooperative::connect;
 pub use ebpf::LostCounters;
 pub use entry::attach;
+pub use rotation::Rotation;
 
 pub struct AttachOptions {
     pub pid: u32,
@@ -48,6 +50,8 @@ pub struct AttachOptions {
     pub ebpf: bool,
     /// Every call, or a sample by bytes (`--sample`).
     pub sampling: Sampling,
+    /// One file, or segments (`--rotate`, `--keep`).
+    pub rotation: Option<Rotation>,
 }
 
 /// What [`attach`] reports while it runs; the caller decides what to show.
@@ -69,6 +73,8 @@ pub enum AttachEvent<'a> {
 pub struct AttachOutcome {
     pub stats: Stats,
     pub end: EndReason,
+    /// The file written last: the recording, or its last segment.
+    pub written: PathBuf,
     /// Per program, when [`AttachOptions::bpf_stats`] asked for it; programs
     /// that never ran are left out.
     pub programs: Vec<ProgramStats>,

@@ -38,6 +38,7 @@ fn header() -> Header {
         },
         frame_pointers: leakscope_recording::FramePointers::Unknown,
         sampling: leakscope_recording::sampling::Sampling::Every,
+        segment: None,
     }
 }
 

@@ -5,10 +5,12 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use leakscope_recording::EndReason;
 use leakscope_recording::target::{cpu_ticks, exe_identity, is_alive};
+use leakscope_recording::{EndReason, monotonic_ns};
 
+use super::super::rotation::Output;
 use super::super::{AttachEvent, AttachOptions, StopSignals, deadline};
+use super::FileCapture;
 use super::lost::{LostCounters, write_lost};
 use crate::capture::Capture;
 use crate::loader::Loaded;
@@ -98,9 +100,10 @@ pub(super) fn while_draining<W: Write, T: Send>(
 
 // The run's state, each piece owned by `attach` and lent here for the loop.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn record_until_stopped<W: Write>(
+pub(super) async fn record_until_stopped(
     loaded: &mut Loaded,
-    capture: &mut Capture<W>,
+    capture: &mut FileCapture,
+    output: &mut Output,
     trampoline: &mut Trampoline,
     signals: &mut StopSignals,
     options: &AttachOptions,
@@ -145,6 +148,10 @@ pub(super) async fn record_until_stopped<W: Write>(
                             allocator.join(", ")
                         )));
                     }
+                }
+                if output.due() {
+                    capture.writer.flush()?;
+                    output.rotate(&mut capture.writer, monotonic_ns())?;
                 }
                 if !is_alive(options.pid) {
                     return Ok(EndReason::TargetExited);

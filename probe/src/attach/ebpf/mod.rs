@@ -19,8 +19,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use leakscope_recording::target::{Target, is_alive};
-use leakscope_recording::{EndReason, Header, Record, RecordingWriter, monotonic_ns, output};
+use leakscope_recording::{EndReason, Header, Record, monotonic_ns};
 
+use super::rotation::Output;
 use super::{AttachEvent, AttachOptions, AttachOutcome, ProgramStats, Stats, StopSignals};
 use crate::capture::Capture;
 use crate::loader::{self, Attached, Loaded};
@@ -31,7 +32,7 @@ use lost::write_lost;
 use setup::{Prepared, prepare};
 
 /// The recording being written.
-type FileCapture = Capture<BufWriter<std::fs::File>>;
+pub(super) type FileCapture = Capture<BufWriter<std::fs::File>>;
 
 /// Removes a recording that never started: an error before every probe was
 /// in place leaves no file behind (the probe created it first).
@@ -56,8 +57,10 @@ pub(super) async fn record(
         plan,
         header,
     } = prepare(options, on_event)?;
-    let mut capture = begin(options, &target, &header)?;
-    let mut unstarted = Unstarted(Some(&options.out));
+    let mut output = Output::new(options);
+    let mut capture = begin(&mut output, &target, &header)?;
+    let first = output.path();
+    let mut unstarted = Unstarted(Some(&first));
     // Kept open while recording: the kernel times program runs only while a
     // stats fd (or the sysctl) is held.
     let _stats_enabled = if options.bpf_stats {
@@ -91,6 +94,7 @@ pub(super) async fn record(
     let end = record_until_stopped(
         &mut loaded,
         &mut capture,
+        &mut output,
         &mut trampoline,
         signals,
         options,
@@ -117,22 +121,22 @@ pub(super) async fn record(
     Ok(AttachOutcome {
         stats,
         end,
+        written: output.path(),
         programs,
     })
 }
 
 /// Creates the recording (race-free, just before loading) and writes its
 /// header and the target's mappings.
-fn begin(options: &AttachOptions, target: &Target, header: &Header) -> Result<FileCapture> {
-    let file = output::create_file(&options.out, options.existing, options.owner)
-        .with_context(|| format!("cannot create {}", options.out.display()))?;
-    let writer = RecordingWriter::new(BufWriter::with_capacity(1 << 20, file), header)
-        .with_context(|| format!("cannot write {}", options.out.display()))?;
+fn begin(output: &mut Output, target: &Target, header: &Header) -> Result<FileCapture> {
+    let writer = output.create(header)?;
     let mut capture = Capture::new(writer);
     capture.set_frame_pointers(header.frame_pointers);
     capture.set_sampling(header.sampling);
     for mapping in &target.mappings {
-        capture.writer.push(Record::Mapping(mapping.clone()))?;
+        let record = Record::Mapping(mapping.clone());
+        output.wrote(&record);
+        capture.writer.push(record)?;
     }
     capture.writer.flush()?;
     Ok(capture)

@@ -5,10 +5,10 @@
 use anyhow::{Context, Result};
 use leakscope_probe_ebpf::{MAX_STACK_DEPTH, program};
 use leakscope_recording::frame_pointers::{self, FramePointers};
-use leakscope_recording::output;
 use leakscope_recording::target::Target;
 use leakscope_recording::{Header, Producer, Settings};
 
+use super::super::rotation::Output;
 use super::super::{AttachEvent, AttachOptions};
 use super::privileges::check_privileges;
 use crate::plan::{Plan, bare, make_plan};
@@ -29,8 +29,7 @@ pub(super) fn prepare(
     check_privileges()?;
     // First: a bad --out (a symbolic link, an existing file) costs no attach.
     // (It is created, checked again and race-free, just before loading.)
-    output::check_path(&options.out, options.existing)
-        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    Output::new(options).check()?;
     let target = Target::inspect(options.pid)?;
     let exe = ElfSymbols::of_target(&target, &target.exe)
         .with_context(|| format!("cannot read the executable of pid {}", target.pid))?;

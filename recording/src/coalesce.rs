@@ -1,0 +1,443 @@
+//! Fewer poll records in a sampled recording, with the same objects and states.
+//!
+//! A server's tasks are polled far more often than they allocate: on the
+//! fixture server at 100 sessions/s, sampled every 512 KiB, poll scopes
+//! (`task-poll`/`task-poll-end`, `worker-poll`) were 61% of a recording's
+//! records, ~2.2 MB a minute, where a recording that stays on for a day must
+//! stay well under 1 GB. What the analyzer takes from a poll that holds no
+//! record of its own is that its object was polled, and when: a task's or a
+//! session's first polls (its birth, and "polled only once"), its latest
+//! (its idle time). So, per object (the scope's `arg`), its first
+//! [`KEPT_FIRST`] polls are kept, then one every [`SPACING_NS`]; a poll that
+//! encloses any other record of its thread (an allocation it made, a nested
+//! scope) is always kept, so nothing is attributed differently. The cost: an
+//! idle time up to a second short.
+//!
+//! A task is known by its birth: the block its cell was allocated in (the
+//! probe), or its `spawned` record (in-process). A sampled recording records
+//! few cells, and an empty poll of a task whose birth it did not record says
+//! nothing the analyzer can use (a task of unknown birth is in no verdict), so
+//! such polls are left out too: on that fixture, most of them are
+//! connections' tasks.
+//!
+//! Done on each batch the writer frames, in order, so no record moves: a
+//! poll whose end falls in the next batch is kept. Only sampled recordings
+//! are coalesced; a recording of every call keeps every poll (its trace
+//! shows each one).
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Phase, Record, ScopeKind, TaskEvent};
+
+/// Polls of an object always kept.
+const KEPT_FIRST: u8 = 2;
+
+/// After those, at most one poll per object in this long.
+pub const SPACING_NS: u64 = 1_000_000_000;
+
+/// Objects remembered at most; past it the memory starts afresh, which only
+/// keeps more polls (bounded memory, whatever the number of tasks ever made).
+const OBJECTS: usize = 1 << 20;
+
+/// Which records open and close a poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Class {
+    Task,
+    Worker,
+    Span,
+}
+
+fn opens(record: &Record) -> Option<(u32, Class, u64)> {
+    match *record {
+        Record::Scope {
+            tid,
+            kind,
+            phase: Phase::Enter,
+            arg,
+            ..
+        } => match kind {
+            ScopeKind::TaskPoll => Some((tid, Class::Task, arg)),
+            ScopeKind::WorkerPoll => Some((tid, Class::Worker, arg)),
+            ScopeKind::SessionSpan => Some((tid, Class::Span, arg)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn closes(record: &Record, class: Class, arg: u64) -> bool {
+    match *record {
+        Record::Scope {
+            kind: ScopeKind::TaskPollEnd,
+            arg: end,
+            ..
+        } => class == Class::Task && end == arg,
+        Record::Scope {
+            kind: ScopeKind::WorkerPoll,
+            phase: Phase::Exit,
+            ..
+        } => class == Class::Worker,
+        Record::Scope {
+            kind: ScopeKind::SessionSpan,
+            phase: Phase::Exit,
+            ..
+        } => class == Class::Span,
+        _ => false,
+    }
+}
+
+fn tid_of(record: &Record) -> Option<u32> {
+    match *record {
+        Record::Alloc { tid, .. }
+        | Record::Free { tid, .. }
+        | Record::Realloc { tid, .. }
+        | Record::Scope { tid, .. }
+        | Record::Session { tid, .. }
+        | Record::Task { tid, .. } => Some(tid),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Kept {
+    polls: u8,
+    last_ns: u64,
+}
+
+/// An open poll in the batch being coalesced.
+struct Open {
+    index: usize,
+    class: Class,
+    arg: u64,
+    ts: u64,
+    holds: bool,
+}
+
+/// Remembers, across batches, which polls of each object were kept.
+#[derive(Default)]
+pub struct Coalescer {
+    kept: HashMap<(Class, u64), Kept>,
+    /// Tasks whose birth is recorded and not yet their end: recorded blocks
+    /// alive (a cell's header is its block's address) and in-process tasks
+    /// spawned. Bounded by what is alive, not by what was recorded.
+    born: HashSet<u64>,
+    /// Polls dropped so far.
+    dropped: u64,
+}
+
+impl Coalescer {
+    /// Polls dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Removes from `batch` the polls that hold nothing and say nothing new
+    /// (see the module docs); every other record stays, in order.
+    pub fn coalesce(&mut self, batch: &mut Vec<Record>) {
+        let mut open: HashMap<u32, Vec<Open>> = HashMap::new();
+        let mut drop = vec![false; batch.len()];
+        for (index, record) in batch.iter().enumerate() {
+            let Some(tid) = tid_of(record) else {
+                continue;
+            };
+            self.births_and_ends(record);
+            let stack = open.entry(tid).or_default();
+            // A close ends the innermost poll it matches, and the polls opened
+            // inside it that never close (the probe sees a worker poll's entry
+            // only: it ends with its task's poll).
+            if let Some(at) = stack.iter().rposition(|o| closes(record, o.class, o.arg)) {
+                let mut inner_kept = false;
+                while stack.len() > at {
+                    let mut poll = stack.pop().expect("len > at");
+                    poll.holds |= inner_kept;
+                    if !poll.holds && self.redundant(poll.class, poll.arg, poll.ts) {
+                        drop[poll.index] = true;
+                        self.dropped += 1;
+                        inner_kept = false;
+                    } else {
+                        self.keep(poll.class, poll.arg, poll.ts);
+                        inner_kept = true;
+                    }
+                }
+                // The close goes with its poll.
+                drop[index] = !inner_kept;
+                // The enclosing poll holds this one's records, if it kept them.
+                if let Some(outer) = stack.last_mut() {
+                    outer.holds |= inner_kept;
+                }
+                continue;
+            }
+            if let Some((_, class, arg)) = opens(record) {
+                // Whether it holds the enclosing poll's records is known at its end.
+                stack.push(Open {
+                    index,
+                    class,
+                    arg,
+                    ts: record_ts(record),
+                    holds: false,
+                });
+            } else {
+                for poll in stack.iter_mut() {
+                    poll.holds = true;
+                }
+            }
+        }
+        // Polls still open at the batch's end are kept.
+        for poll in open.into_values().flatten() {
+            self.keep(poll.class, poll.arg, poll.ts);
+        }
+        let mut index = 0;
+        batch.retain(|_| {
+            index += 1;
+            !drop[index - 1]
+        });
+    }
+
+    fn redundant(&self, class: Class, arg: u64, ts: u64) -> bool {
+        if class == Class::Task && !self.born.contains(&arg) {
+            return true;
+        }
+        self.kept.get(&(class, arg)).is_some_and(|kept| {
+            kept.polls >= KEPT_FIRST && ts.saturating_sub(kept.last_ns) < SPACING_NS
+        })
+    }
+
+    fn keep(&mut self, class: Class, arg: u64, ts: u64) {
+        if self.kept.len() >= OBJECTS {
+            self.kept.clear();
+        }
+        let kept = self.kept.entry((class, arg)).or_insert(Kept {
+            polls: 0,
+            last_ns: ts,
+        });
+        kept.polls = kept.polls.saturating_add(1);
+        kept.last_ns = kept.last_ns.max(ts);
+    }
+
+    /// A task's header is the first bytes of its cell: the cell's allocation
+    /// (or, in-process, its spawn) is the task's birth, its free (its end) the
+    /// task's end, and a new task may reuse the address.
+    fn births_and_ends(&mut self, record: &Record) {
+        match *record {
+            Record::Alloc { addr, .. } => {
+                if self.born.len() >= OBJECTS * 4 {
+                    // Frees were lost; start afresh rather than grow.
+                    self.born.clear();
+                }
+                self.born.insert(addr);
+            }
+            Record::Free { addr, .. } => {
+                self.kept.remove(&(Class::Task, addr));
+                self.born.remove(&addr);
+            }
+            Record::Realloc { old, new, .. } => {
+                self.kept.remove(&(Class::Task, old));
+                self.born.remove(&old);
+                if new != 0 {
+                    self.born.insert(new);
+                }
+            }
+            Record::Task { id, event, .. } => match event {
+                TaskEvent::Spawned => {
+                    self.born.insert(id);
+                }
+                TaskEvent::Ended => {
+                    self.kept.remove(&(Class::Task, id));
+                    self.born.remove(&id);
+                }
+            },
+            _ => {}
+        }
+    }
+}
+
+fn record_ts(record: &Record) -> u64 {
+    match *record {
+        Record::Scope { ts, .. } => ts,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) -> Record {
+        Record::Scope {
+            ts,
+            tid,
+            kind,
+            phase,
+            arg,
+        }
+    }
+
+    fn poll(ts: u64, tid: u32, header: u64) -> [Record; 2] {
+        [
+            scope(ts, tid, ScopeKind::TaskPoll, Phase::Enter, header),
+            scope(ts + 10, tid, ScopeKind::TaskPollEnd, Phase::Enter, header),
+        ]
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// The allocation of a task's cell: its birth.
+    fn cell(header: u64) -> Record {
+        Record::Alloc {
+            ts: 0,
+            tid: 9,
+            addr: header,
+            size: 256,
+            stack: None,
+        }
+    }
+
+    #[test]
+    fn empty_polls_are_kept_first_twice_then_once_a_second() {
+        let mut c = Coalescer::default();
+        // 30 polls of one task, 100 ms apart: 3 s.
+        let mut batch = vec![cell(0x10)];
+        batch.extend((0..30).flat_map(|i| poll(i * 100 * MS, 1, 0x10)));
+        c.coalesce(&mut batch);
+        let kept: Vec<u64> = batch
+            .iter()
+            .filter_map(|r| match r {
+                Record::Scope {
+                    kind: ScopeKind::TaskPoll,
+                    ts,
+                    ..
+                } => Some(*ts / MS),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kept, [0, 100, 1100, 2100]);
+        assert_eq!(batch.len(), 1 + 8, "each kept poll with its end");
+        assert_eq!(c.dropped(), 26);
+    }
+
+    #[test]
+    fn a_poll_that_holds_a_record_is_kept_and_so_are_other_threads_and_objects() {
+        let mut c = Coalescer::default();
+        let mut batch = vec![cell(0x10), cell(0x20)];
+        for i in 0..5 {
+            batch.extend(poll(i * MS, 1, 0x10));
+        }
+        // A fifth poll of 0x10 that allocates, interleaved with another
+        // thread's poll of another task: both are kept.
+        batch.push(scope(6 * MS, 1, ScopeKind::TaskPoll, Phase::Enter, 0x10));
+        batch.extend(poll(6 * MS, 2, 0x20));
+        batch.push(Record::Alloc {
+            ts: 6 * MS + 1,
+            tid: 1,
+            addr: 0x99,
+            size: 8,
+            stack: None,
+        });
+        batch.push(scope(
+            6 * MS + 2,
+            1,
+            ScopeKind::TaskPollEnd,
+            Phase::Enter,
+            0x10,
+        ));
+        let before = batch.len();
+        c.coalesce(&mut batch);
+        // Polls 3, 4 and 5 of 0x10 are dropped (6 records); the rest stays in order.
+        assert_eq!(batch.len(), before - 6);
+        assert!(matches!(batch[6], Record::Scope { ts, tid: 1, .. } if ts == 6 * MS));
+        assert!(matches!(batch[7], Record::Scope { tid: 2, .. }));
+        assert!(matches!(batch[9], Record::Alloc { .. }));
+    }
+
+    #[test]
+    fn a_nested_worker_poll_goes_with_its_task_poll_and_an_ended_task_starts_afresh() {
+        let mut c = Coalescer::default();
+        let nested = |ts: u64| {
+            [
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x10),
+                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x18),
+                scope(ts + 2, 1, ScopeKind::WorkerPoll, Phase::Exit, 0),
+                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x10),
+            ]
+        };
+        let mut batch = vec![cell(0x10)];
+        batch.extend((0..4).flat_map(|i| nested(i * MS)));
+        c.coalesce(&mut batch);
+        assert_eq!(
+            batch.len(),
+            1 + 8,
+            "two nested polls kept whole, two dropped whole"
+        );
+        // The probe sees a worker poll's entry only: it ends with its task's poll.
+        let entry_only = |ts: u64| {
+            [
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x30),
+                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x38),
+                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x30),
+            ]
+        };
+        let mut batch = vec![cell(0x30)];
+        batch.extend((0..4).flat_map(|i| entry_only(i * MS)));
+        batch.extend(entry_only(5 * MS));
+        batch.insert(
+            batch.len() - 1,
+            Record::Free {
+                ts: 5 * MS + 2,
+                tid: 1,
+                addr: 0x99,
+            },
+        );
+        c.coalesce(&mut batch);
+        assert_eq!(
+            batch.len(),
+            1 + 10,
+            "the first two kept, the next two dropped, the one holding a free kept"
+        );
+        // The task ends (its cell is freed): a poll at its address is of a
+        // task of unknown birth, until a new cell is recorded there.
+        let mut batch = vec![Record::Free {
+            ts: 5 * MS,
+            tid: 1,
+            addr: 0x10,
+        }];
+        batch.extend(poll(6 * MS, 1, 0x10));
+        c.coalesce(&mut batch);
+        assert_eq!(batch.len(), 1);
+        let mut batch = vec![cell(0x10)];
+        batch.extend(poll(7 * MS, 1, 0x10));
+        c.coalesce(&mut batch);
+        assert_eq!(batch.len(), 3, "a new task's first poll is kept");
+    }
+
+    #[test]
+    fn an_empty_poll_of_a_task_of_unknown_birth_says_nothing_but_one_that_holds_is_kept() {
+        let mut c = Coalescer::default();
+        let mut batch = poll(0, 1, 0x40).to_vec();
+        c.coalesce(&mut batch);
+        assert!(batch.is_empty());
+        let mut batch = vec![
+            scope(MS, 1, ScopeKind::TaskPoll, Phase::Enter, 0x40),
+            Record::Alloc {
+                ts: MS,
+                tid: 1,
+                addr: 0x50,
+                size: 8,
+                stack: None,
+            },
+            scope(MS + 1, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x40),
+        ];
+        c.coalesce(&mut batch);
+        assert_eq!(batch.len(), 3);
+        // In-process, a task is born by its spawn record.
+        let mut batch = vec![Record::Task {
+            ts: 2 * MS,
+            tid: 1,
+            id: 7,
+            event: TaskEvent::Spawned,
+            stack: None,
+        }];
+        batch.extend(poll(3 * MS, 1, 7));
+        c.coalesce(&mut batch);
+        assert_eq!(batch.len(), 3);
+    }
+}
