@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leakscope_probe::attach::{AttachEvent, AttachOptions, Rotation, Stats, attach};
+use leakscope_probe::attach::{AttachEvent, AttachOptions, Candidate, Rotation, Stats, attach};
 use leakscope_probe::plan::{missing_scopes, scope_matches};
 use leakscope_probe::symbols::ElfSymbols;
 use leakscope_recording::ScopeKind;
@@ -176,7 +176,8 @@ async fn run(cli: Cli) -> Result<()> {
                     AttachEvent::Progress {
                         stats,
                         events_per_s,
-                    } => status.set_message(status_text(stats, events_per_s)),
+                        top,
+                    } => status.set_message(status_text(stats, events_per_s, top)),
                 },
             )
             .await;
@@ -321,12 +322,12 @@ fn status_bar(enabled: bool) -> ProgressBar {
     bar
 }
 
-fn status_text(stats: &Stats, rate: f64) -> String {
-    format!(
-        "{:.0} events/s | live {}{:.1} KiB {} | sessions born {} ended {} | lost {}",
+fn status_text(stats: &Stats, rate: f64, top: Option<&Candidate>) -> String {
+    let estimated = if stats.sampled { "~" } else { "" };
+    let mut text = format!(
+        "{:.0} events/s | live {estimated}{} {} | sessions born {} ended {} | lost {}",
         rate,
-        if stats.sampled { "~" } else { "" },
-        stats.live_bytes as f64 / 1024.0,
+        bytesize::ByteSize::b(stats.live_bytes).display().iec(),
         if stats.sampled {
             "estimated"
         } else {
@@ -335,5 +336,15 @@ fn status_text(stats: &Stats, rate: f64) -> String {
         stats.sessions_born,
         stats.workers_ended,
         stats.lost
-    )
+    );
+    if let Some(top) = top {
+        text.push_str(&format!(
+            " | top leak candidate: {} {estimated}{} (+{} in {} s)",
+            top.site,
+            bytesize::ByteSize::b(top.live_bytes).display().iec(),
+            bytesize::ByteSize::b(top.grew_bytes).display().iec(),
+            top.over.as_secs()
+        ));
+    }
+    text
 }

@@ -25,6 +25,7 @@ pub mod control;
 mod demangle;
 mod event;
 pub mod frame_pointers;
+pub mod frames;
 mod legacy;
 pub mod output;
 pub mod preset;

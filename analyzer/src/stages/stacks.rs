@@ -7,7 +7,8 @@
 
 mod trim;
 
-pub use trim::{Trimmer, is_allocator_frame};
+pub use leakscope_recording::frames::is_allocator_frame;
+pub use trim::Trimmer;
 
 use rustc_hash::FxHashMap as HashMap;
 

@@ -12,14 +12,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use leakscope_recording::control::{ERROR_PREFIX, Request, peer, socket_name};
-use leakscope_recording::target::is_alive;
+use leakscope_recording::target::{Target, is_alive};
 use leakscope_recording::{
     EndReason, Header, Record, RecordingReader, ScopeKind, SessionFact, Tail, monotonic_ns,
 };
 
 use super::rotation::Output;
 use super::{
-    AttachEvent, AttachOptions, AttachOutcome, LiveBytes, NEVER, Stats, StopSignals, deadline,
+    AttachEvent, AttachOptions, AttachOutcome, LiveBytes, NEVER, SiteNamer, Stats, StopSignals,
+    deadline,
 };
 
 /// The control socket of `pid`, if it has one and it is really `pid`'s (the
@@ -91,7 +92,12 @@ pub(crate) async fn record(
         sampled: header.sampling.is_sampled(),
         ..Stats::default()
     };
-    let mut live = LiveBytes::new(header.sampling);
+    // Sites are named from the executable the process runs, as the probe
+    // reads it (the same user may; an unreadable one names them by address).
+    let namer = Target::inspect(pid)
+        .ok()
+        .and_then(|target| SiteNamer::of_target(&target));
+    let mut live = LiveBytes::new(header.sampling, namer);
     let deadline = deadline(options.duration);
     let mut flush = tokio::time::interval(Duration::from_millis(100));
     let mut slow = tokio::time::interval(Duration::from_millis(500));
@@ -159,7 +165,11 @@ pub(crate) async fn record(
                 }
                 let rate = (stats.events - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), stats.events);
-                on_event(AttachEvent::Progress { stats: &stats, events_per_s: rate });
+                on_event(AttachEvent::Progress {
+                    stats: &stats,
+                    events_per_s: rate,
+                    top: live.candidate(),
+                });
             }
         }
     };
@@ -240,14 +250,23 @@ fn read_stream(stream: UnixStream, name: &str, sender: &tokio::sync::mpsc::Sende
 fn count(record: &Record, stats: &mut Stats, live: &mut LiveBytes) {
     stats.events += 1;
     match record {
-        Record::Alloc { addr, size, .. } => {
+        Record::Stack { id, frames } => live.stack(*id, frames),
+        Record::Alloc {
+            addr, size, stack, ..
+        } => {
             stats.allocs += 1;
-            live.alloc(stats, *addr, *size);
+            live.alloc(stats, *addr, *size, *stack);
         }
-        Record::Realloc { old, new, size, .. } => {
+        Record::Realloc {
+            old,
+            new,
+            size,
+            stack,
+            ..
+        } => {
             stats.allocs += 1;
             live.free(stats, *old);
-            live.alloc(stats, *new, *size);
+            live.alloc(stats, *new, *size, *stack);
         }
         Record::Free { addr, .. } => {
             stats.frees += 1;

@@ -14,9 +14,9 @@
 mod cooperative;
 mod ebpf;
 mod entry;
+mod live;
 mod rotation;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use leakscope_recording::sampling::Sampling;
 pub use cooperative::connect;
 pub use ebpf::LostCounters;
 pub use entry::attach;
+pub use live::{Candidate, LiveBytes, SiteNamer};
 pub use rotation::Rotation;
 
 pub struct AttachOptions {
@@ -64,8 +65,13 @@ pub enum AttachEvent<'a> {
     /// The process records itself (its global allocator is
     /// `leakscope_inproc::Alloc`) and has started to: no probe was needed.
     InProcess { pid: u32 },
-    /// Twice a second while recording: the running figures and the event rate.
-    Progress { stats: &'a Stats, events_per_s: f64 },
+    /// Twice a second while recording: the running figures, the event rate,
+    /// and the site most likely leaking so far, if one grows.
+    Progress {
+        stats: &'a Stats,
+        events_per_s: f64,
+        top: Option<&'a Candidate>,
+    },
 }
 
 /// What the run produced.
@@ -141,48 +147,4 @@ pub struct Stats {
     /// uretprobe on the target. Not counted for an executable built without
     /// frame pointers, whose walks past the first frame read stale stack.
     pub trampolines_unresolved: u64,
-}
-
-/// The live blocks a recording has seen (address -> bytes), for the status
-/// line's live bytes only: the analyzer reads the recording itself. Both
-/// backends count with it, so the figure means the same in both; in a
-/// sampled recording each block counts for the bytes it stands for, so the
-/// figure is the estimate of the heap the report will show.
-#[derive(Debug, Default)]
-pub struct LiveBytes {
-    blocks: HashMap<u64, u64>,
-    sampling: Sampling,
-}
-
-impl LiveBytes {
-    /// Counting the blocks of a recording that chose them by `sampling`.
-    pub fn new(sampling: Sampling) -> Self {
-        Self {
-            blocks: HashMap::new(),
-            sampling,
-        }
-    }
-
-    /// A block of `size` bytes at `addr` was made.
-    pub fn alloc(&mut self, stats: &mut Stats, addr: u64, size: u64) {
-        if addr == 0 {
-            return;
-        }
-        let size = if self.sampling.is_sampled() {
-            self.sampling.weight(size).bytes.round() as u64
-        } else {
-            size
-        };
-        if let Some(old) = self.blocks.insert(addr, size) {
-            stats.live_bytes = stats.live_bytes.saturating_sub(old);
-        }
-        stats.live_bytes += size;
-    }
-
-    /// The block at `addr` went back.
-    pub fn free(&mut self, stats: &mut Stats, addr: u64) {
-        if let Some(size) = self.blocks.remove(&addr) {
-            stats.live_bytes = stats.live_bytes.saturating_sub(size);
-        }
-    }
 }

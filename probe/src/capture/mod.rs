@@ -84,11 +84,16 @@ impl<W: Write> Capture<W> {
         self.trampoline = Some(region);
     }
 
-    /// How the recording samples: the status line's live bytes are then an
-    /// estimate.
-    pub fn set_sampling(&mut self, sampling: leakscope_recording::sampling::Sampling) {
-        self.live = LiveBytes::new(sampling);
+    /// How the recording samples (the status line's live bytes are then an
+    /// estimate) and names its sites.
+    pub fn set_live(&mut self, live: LiveBytes, sampling: leakscope_recording::sampling::Sampling) {
+        self.live = live;
         self.stats.sampled = sampling.is_sampled();
+    }
+
+    /// The status line's top leak candidate, if one grows.
+    pub fn candidate(&mut self) -> Option<&crate::attach::Candidate> {
+        self.live.candidate()
     }
 
     /// What the executable's code says of its frame pointers (see
@@ -169,12 +174,12 @@ impl<W: Write> Capture<W> {
         Ok(())
     }
 
-    fn note_alloc(&mut self, addr: u64, size: u64) {
+    fn note_alloc(&mut self, addr: u64, size: u64, stack: Option<leakscope_recording::StackId>) {
         if addr == 0 {
             return;
         }
         self.stats.allocs += 1;
-        self.live.alloc(&mut self.stats, addr, size);
+        self.live.alloc(&mut self.stats, addr, size, stack);
     }
 
     fn free(&mut self, record: &FreeRecord) -> io::Result<()> {

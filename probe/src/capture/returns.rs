@@ -79,7 +79,14 @@ impl<W: io::Write> Capture<W> {
         while let [rest @ .., 0] = frames {
             frames = rest;
         }
-        self.writer.stack(frames)
+        let known = self.writer.stacks();
+        let id = self.writer.stack(frames)?;
+        if let Some(id) = id
+            && self.writer.stacks() > known
+        {
+            self.live.stack(id, frames);
+        }
+        Ok(id)
     }
 
     /// Whether a stack frame stands for a return address the kernel's

@@ -133,7 +133,11 @@ pub(super) async fn record_until_stopped(
                 let stats = capture.stats;
                 let rate = (stats.events - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), stats.events);
-                on_event(AttachEvent::Progress { stats: &stats, events_per_s: rate });
+                on_event(AttachEvent::Progress {
+                    stats: &stats,
+                    events_per_s: rate,
+                    top: capture.candidate(),
+                });
                 if !silence_checked && attached_at.0.elapsed() >= SILENCE_AFTER {
                     silence_checked = true;
                     let ran = match (attached_at.1, cpu_ticks(options.pid)) {

@@ -23,6 +23,7 @@ use leakscope_recording::{EndReason, Header, Record, monotonic_ns};
 
 use super::rotation::Output;
 use super::{AttachEvent, AttachOptions, AttachOutcome, ProgramStats, Stats, StopSignals};
+use super::{LiveBytes, SiteNamer};
 use crate::capture::Capture;
 use crate::loader::{self, Attached, Loaded};
 use crate::plan::Plan;
@@ -132,7 +133,10 @@ fn begin(output: &mut Output, target: &Target, header: &Header) -> Result<FileCa
     let writer = output.create(header)?;
     let mut capture = Capture::new(writer);
     capture.set_frame_pointers(header.frame_pointers);
-    capture.set_sampling(header.sampling);
+    capture.set_live(
+        LiveBytes::new(header.sampling, SiteNamer::of_target(target)),
+        header.sampling,
+    );
     for mapping in &target.mappings {
         let record = Record::Mapping(mapping.clone());
         output.wrote(&record);

@@ -1,0 +1,251 @@
+//! What the live status line says while a recording runs: the live bytes
+//! (in a sampled recording, the estimate of the heap the report will show)
+//! and the site most likely leaking so far, the top leak candidate.
+//!
+//! Both backends count every block they write here with its stack. A
+//! stack's site is named once, when the stack is first written, the way
+//! the report names it (`leakscope_recording::frames`: the program's own
+//! frame, past the allocator and the standard library), from the target
+//! executable's symbol table: a function the compiler inlined reads as the
+//! one it was inlined into, where the report (DWARF) may name it. The
+//! candidate is the site keeping the most live bytes among those that grew
+//! since the last look ([`LOOK_EVERY`]): a cache that filled up at the
+//! start stops being one, a leak stays.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use leakscope_recording::frames::{own_frame, short_name};
+use leakscope_recording::sampling::Sampling;
+use leakscope_recording::target::Target;
+use leakscope_recording::{Mapping, StackId};
+
+use super::Stats;
+use crate::symbols::ElfSymbols;
+
+/// How often the sites' growth is looked at.
+pub const LOOK_EVERY: Duration = Duration::from_secs(30);
+
+/// A site growing less than this since the last look is no candidate.
+const MIN_GROWTH_BYTES: u64 = 4096;
+
+/// The top leak candidate for the status line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// The site's name (its function, generics out), or its stack's first
+    /// address when the executable does not say.
+    pub site: String,
+    /// Its live bytes (estimated, in a sampled recording).
+    pub live_bytes: u64,
+    /// What it grew by over the last look.
+    pub grew_bytes: u64,
+    pub over: Duration,
+}
+
+/// Names the site of a stack from the target executable's symbols.
+pub struct SiteNamer {
+    exe: ElfSymbols,
+    /// The executable's mappings: runtime address -> file offset.
+    mappings: Vec<Mapping>,
+}
+
+impl SiteNamer {
+    /// For `target`'s executable; `None` when it cannot be read (the status
+    /// line then names sites by address).
+    pub fn of_target(target: &Target) -> Option<Self> {
+        let exe = ElfSymbols::of_target(target, &target.exe).ok()?;
+        let mappings = target
+            .mappings
+            .iter()
+            .filter(|m| m.path == target.exe)
+            .cloned()
+            .collect();
+        Some(Self { exe, mappings })
+    }
+
+    /// The name of the function `frame` (a return address) returns into.
+    fn function(&self, frame: u64) -> Option<&str> {
+        // The call is the byte before the return address.
+        let pc = frame.checked_sub(1)?;
+        let mapping = self.mappings.iter().find(|m| m.contains(pc))?;
+        let vaddr = self
+            .exe
+            .vaddr_of_file_offset(pc - mapping.start + mapping.file_offset)?;
+        self.exe.function_at(vaddr).map(|f| f.name.as_str())
+    }
+
+    /// The site `frames` (innermost first) are a stack of, named.
+    pub fn site(&self, frames: &[u64]) -> Option<String> {
+        let names: Vec<&str> = frames.iter().filter_map(|&f| self.function(f)).collect();
+        own_frame(names.iter().copied()).map(short_name)
+    }
+}
+
+#[derive(Debug)]
+struct Site {
+    name: String,
+    live: u64,
+    /// `live` at the look before last, and at the last look.
+    older: u64,
+    newer: u64,
+}
+
+/// The live blocks a recording has seen (address -> bytes and site), for
+/// the status line only: the analyzer reads the recording itself. Both
+/// backends count with it, so the figures mean the same in both; in a
+/// sampled recording each block counts for the bytes it stands for, so the
+/// figure is the estimate of the heap the report will show. Bounded by the
+/// blocks alive and the program's distinct stacks, never by the events.
+#[derive(Default)]
+pub struct LiveBytes {
+    blocks: HashMap<u64, (u64, u32)>,
+    sampling: Sampling,
+    namer: Option<SiteNamer>,
+    /// Stack -> site index; sites by name.
+    site_of_stack: HashMap<StackId, u32>,
+    sites: Vec<Site>,
+    site_named: HashMap<String, u32>,
+    /// When the look before last and the last look were (the recording's
+    /// start until there were two).
+    older_at: Option<Instant>,
+    newer_at: Option<Instant>,
+    candidate: Option<Candidate>,
+}
+
+/// A block with no stack, or one whose stack was never written.
+const NO_SITE: u32 = u32::MAX;
+
+impl LiveBytes {
+    /// Counting the blocks of a recording that chose them by `sampling`,
+    /// naming sites with `namer`.
+    pub fn new(sampling: Sampling, namer: Option<SiteNamer>) -> Self {
+        Self {
+            sampling,
+            namer,
+            ..Self::default()
+        }
+    }
+
+    /// A stack was written under `id` (again, in a new segment, whose
+    /// writer numbers its stacks afresh): its site is named now.
+    pub fn stack(&mut self, id: StackId, frames: &[u64]) {
+        let name = self
+            .namer
+            .as_ref()
+            .and_then(|n| n.site(frames))
+            .or_else(|| frames.first().map(|f| format!("{f:#x}")))
+            .unwrap_or_else(|| "[empty stack]".into());
+        let next = self.sites.len() as u32;
+        let index = *self.site_named.entry(name.clone()).or_insert(next);
+        if index == next {
+            self.sites.push(Site {
+                name,
+                live: 0,
+                older: 0,
+                newer: 0,
+            });
+        }
+        self.site_of_stack.insert(id, index);
+    }
+
+    /// A block of `size` bytes at `addr` was made, at `stack`.
+    pub fn alloc(&mut self, stats: &mut Stats, addr: u64, size: u64, stack: Option<StackId>) {
+        if addr == 0 {
+            return;
+        }
+        let size = if self.sampling.is_sampled() {
+            self.sampling.weight(size).bytes.round() as u64
+        } else {
+            size
+        };
+        let site = stack
+            .and_then(|s| self.site_of_stack.get(&s).copied())
+            .unwrap_or(NO_SITE);
+        if let Some((old, old_site)) = self.blocks.insert(addr, (size, site)) {
+            stats.live_bytes = stats.live_bytes.saturating_sub(old);
+            self.uncount(old_site, old);
+        }
+        stats.live_bytes += size;
+        if let Some(s) = self.sites.get_mut(site as usize) {
+            s.live += size;
+        }
+    }
+
+    /// The block at `addr` went back.
+    pub fn free(&mut self, stats: &mut Stats, addr: u64) {
+        if let Some((size, site)) = self.blocks.remove(&addr) {
+            stats.live_bytes = stats.live_bytes.saturating_sub(size);
+            self.uncount(site, size);
+        }
+    }
+
+    fn uncount(&mut self, site: u32, size: u64) {
+        if let Some(s) = self.sites.get_mut(site as usize) {
+            s.live = s.live.saturating_sub(size);
+        }
+    }
+
+    /// The top leak candidate: the site keeping the most live bytes among
+    /// those that grew by [`MIN_GROWTH_BYTES`] since the look before last,
+    /// 30 to 60 s ago ([`LOOK_EVERY`]; since the start, at first).
+    pub fn candidate(&mut self) -> Option<&Candidate> {
+        let now = Instant::now();
+        let newer_at = *self.newer_at.get_or_insert(now);
+        let older_at = *self.older_at.get_or_insert(now);
+        if now - newer_at >= LOOK_EVERY {
+            for site in &mut self.sites {
+                site.older = site.newer;
+                site.newer = site.live;
+            }
+            self.older_at = Some(newer_at);
+            self.newer_at = Some(now);
+        }
+        let over = now - older_at;
+        self.candidate = self
+            .sites
+            .iter()
+            .filter(|s| s.live >= s.older + MIN_GROWTH_BYTES)
+            .max_by_key(|s| s.live)
+            .map(|s| Candidate {
+                site: s.name.clone(),
+                live_bytes: s.live,
+                grew_bytes: s.live - s.older,
+                over,
+            });
+        self.candidate.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_candidate_is_the_largest_site_that_grew_and_frees_count() {
+        let mut stats = Stats::default();
+        let mut live = LiveBytes::new(Sampling::Every, None);
+        live.stack(1, &[0x10, 0x20]);
+        live.stack(2, &[0x30]);
+        live.stack(3, &[0x10, 0x99]);
+        // Stacks 1 and 3 share a first frame: one site, as unnamed ones.
+        for i in 0..10 {
+            live.alloc(&mut stats, 0x1000 + i, 1000, Some(1));
+        }
+        live.alloc(&mut stats, 0x9000, 8000, Some(3));
+        live.alloc(&mut stats, 0x5000, 50_000, Some(2));
+        live.free(&mut stats, 0x5000);
+        assert_eq!(stats.live_bytes, 18_000);
+        let top = live.candidate().cloned().unwrap();
+        assert_eq!(top.site, "0x10");
+        assert_eq!(top.live_bytes, 18_000);
+        // Two looks later with nothing grown: no candidate until something does.
+        for _ in 0..2 {
+            live.newer_at = Some(Instant::now() - LOOK_EVERY);
+            live.candidate();
+        }
+        assert_eq!(live.candidate(), None);
+        live.alloc(&mut stats, 0x6000, 5000, Some(2));
+        let top = live.candidate().unwrap();
+        assert_eq!((top.site.as_str(), top.grew_bytes), ("0x30", 5000));
+    }
+}
