@@ -171,6 +171,12 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
             "{} allocations are too few to tell a bounded rest from growth",
             rest.allocations
         )
+    } else if !rest.enough_survivors() {
+        format!(
+            "{} samples of it are too few to tell a bounded rest from growth (a sampled recording needs {})",
+            rest.survivors,
+            crate::stages::sites::MIN_BLOCKS
+        )
     } else {
         format!(
             "it grew past the {} live half-way through the activity",
