@@ -17,6 +17,7 @@ use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::outputs::thin::{MAX_MARKERS, MAX_POINTS, thinned};
 use crate::stages::attribute::Category;
 use crate::stages::timeline::Timeline;
 
@@ -267,7 +268,7 @@ where
     for top in (0..order.len()).rev() {
         let category = order[top];
         let color = category_color(category);
-        let points = timeline.samples.iter().map(|s| {
+        let points = thinned(&timeline.samples, MAX_POINTS).map(|(_, s)| {
             let stacked: u64 = order[..=top].iter().map(|c| s.live[*c]).sum();
             (s.t_s, stacked as f64 / unit.divisor)
         });
@@ -281,10 +282,8 @@ where
     }
     chart
         .draw_secondary_series(LineSeries::new(
-            timeline
-                .samples
-                .iter()
-                .map(|s| (s.t_s, s.reclaimed_total as f64 / reclaimed_unit.divisor)),
+            thinned(&timeline.samples, MAX_POINTS)
+                .map(|(_, s)| (s.t_s, s.reclaimed_total as f64 / reclaimed_unit.divisor)),
             BLACK.stroke_width(2),
         ))
         .map_err(plot_err)?
@@ -293,10 +292,8 @@ where
     let births = RGBColor(44, 160, 44);
     chart
         .draw_series(
-            timeline
-                .session_births_s
-                .iter()
-                .map(|t| TriangleMarker::new((*t, y_max * 0.985), 4, births.filled())),
+            thinned(&timeline.session_births_s, MAX_MARKERS)
+                .map(|(_, t)| TriangleMarker::new((*t, y_max * 0.985), 4, births.filled())),
         )
         .map_err(plot_err)?
         .label("session born")
@@ -304,10 +301,8 @@ where
     let exits = RGBColor(148, 103, 189);
     chart
         .draw_series(
-            timeline
-                .worker_ends_s
-                .iter()
-                .map(|t| Cross::new((*t, y_max * 0.015), 4, exits.stroke_width(2))),
+            thinned(&timeline.worker_ends_s, MAX_MARKERS)
+                .map(|(_, t)| Cross::new((*t, y_max * 0.015), 4, exits.stroke_width(2))),
         )
         .map_err(plot_err)?
         .label("worker exited")
@@ -369,7 +364,7 @@ where
         .map_err(plot_err)?;
     let reclaimed = RGBColor(31, 119, 180);
     chart
-        .draw_series(timeline.sessions.iter().map(|s| {
+        .draw_series(thinned(&timeline.sessions, MAX_MARKERS).map(|(_, s)| {
             Circle::new(
                 (born_s(s.born_ns), s.reclaimed as f64 / unit.divisor),
                 4,
@@ -381,7 +376,7 @@ where
         .legend(move |(x, y)| Circle::new((x + 7, y), 4, reclaimed.filled()));
     let retained = RGBColor(214, 39, 40);
     chart
-        .draw_series(timeline.sessions.iter().map(|s| {
+        .draw_series(thinned(&timeline.sessions, MAX_MARKERS).map(|(_, s)| {
             TriangleMarker::new(
                 (born_s(s.born_ns), s.retained as f64 / unit.divisor),
                 5,

@@ -18,6 +18,7 @@ pub mod pprof;
 pub mod redact;
 pub mod report;
 pub mod summary;
+pub mod thin;
 pub mod trace;
 pub mod verdict;
 

@@ -2,7 +2,9 @@
 //!
 //! Each session is a slice on its own track from birth to its worker's end (or
 //! the end of the recording); memory is counter tracks: live bytes per category
-//! and cumulative reclaimed bytes.
+//! and cumulative reclaimed bytes. A recording of more sessions or samples
+//! than a viewer draws shows a few thousand of each, evenly spaced
+//! ([`thin`](crate::outputs::thin); `otherData` says how many).
 //!
 //! Times are microseconds since the application trace's origin when the
 //! recording has one (`Record::TraceOrigin`, written by the in-process mode's
@@ -13,6 +15,7 @@
 use leakscope_recording::Header;
 use serde_json::{Value, json};
 
+use crate::outputs::thin::{MAX_MARKERS, MAX_POINTS, thinned};
 use crate::stages::attribute::Category;
 use crate::stages::timeline::{Sample, Session};
 
@@ -31,7 +34,9 @@ pub fn chrome_trace(
         "name": "process_name", "ph": "M", "pid": pid,
         "args": {"name": format!("{} (pid {pid})", header.exe)}
     })];
-    for (i, session) in sessions.iter().enumerate() {
+    // A day's sessions are millions of tracks: a few thousand of them, evenly
+    // spaced, keep their numbers (see `thin`).
+    for (i, session) in thinned(sessions, MAX_MARKERS) {
         let end = session.worker_end_ns.unwrap_or(end_ns);
         events.push(json!({
             "name": format!("session {i}"), "cat": "session", "ph": "X", "pid": pid, "tid": 1000 + i,
@@ -43,7 +48,7 @@ pub fn chrome_trace(
             }
         }));
     }
-    for sample in samples {
+    for (_, sample) in thinned(samples, MAX_POINTS) {
         let ts = start_us + sample.t_s * 1e6;
         let live: serde_json::Map<String, Value> = sample
             .live
@@ -56,7 +61,14 @@ pub fn chrome_trace(
             "args": {"reclaimed": sample.reclaimed_total}
         }));
     }
-    json!({"traceEvents": events, "displayTimeUnit": "ms"})
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "sessions": sessions.len(),
+            "sessions_shown": sessions.len().min(MAX_MARKERS),
+        },
+    })
 }
 
 /// Reads an application trace written by `tracing-chrome` (a JSON array of

@@ -168,8 +168,13 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
     }
     let why = if rest.allocations < crate::stages::sites::MIN_SETTLED_ALLOCATIONS {
         format!(
-            "{} allocations are too few to tell a bounded rest from growth",
-            rest.allocations
+            "{} {} too few to tell a bounded rest from growth",
+            rest.allocations,
+            if timeline.header.sampling.is_sampled() {
+                "sampled allocations are"
+            } else {
+                "allocations are"
+            }
         )
     } else if !rest.enough_survivors() {
         format!(

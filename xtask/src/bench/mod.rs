@@ -13,6 +13,9 @@
 //! * **Analyzer.** `leakscope report` on recordings of 1 M, 10 M and 50 M events,
 //!   built by replaying that recording: events/s and peak RSS, and the report's
 //!   fixed start (naming frames), timed on the recording itself.
+//! * **Always on.** Sampled at the default mean: how soon and how well the
+//!   cache server's leak is named in both modes, what a day writes, and a day
+//!   read ([`always_on`]).
 //!
 //! It writes `docs/BENCHMARKS.md`, `docs/images/bench-pairs.svg`,
 //! `docs/images/bench-server.svg` (the server's latency curve to saturation) and
@@ -20,6 +23,7 @@
 //! asserted: the machine is shared and noisy, so claims are ratios from one run.
 //! A tool that cannot run is skipped with the reason, in the files too.
 
+mod always_on;
 mod analyzer;
 mod in_process;
 mod pairs;
@@ -34,6 +38,7 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::shell::{target_dir, workspace_root};
+use always_on::{AlwaysOnEnv, always_on};
 use analyzer::{count_events, replay_and_time, time_report};
 use in_process::{build_inproc_alloc_bench, in_process};
 use pairs::{
@@ -81,6 +86,9 @@ enum Section {
     InProcess,
     /// Recording size and the analyzer's throughput.
     Analyzer,
+    /// Sampled at the default mean, left on: detection time and estimate on
+    /// the cache server in both modes, the disk a day takes, a day read.
+    AlwaysOn,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -233,6 +241,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "runs": runs,
             "flat_live_set": flat,
         });
+    }
+    if wanted(Section::AlwaysOn) {
+        let env = AlwaysOnEnv {
+            bin: &bin,
+            probe: &probe,
+            scratch: &scratch,
+            seconds: if args.quick { 30 } else { 120 },
+            day: !args.quick,
+        };
+        results["always_on"] = always_on(&env)?;
     }
     results["seconds"] = json!(started.elapsed().as_secs_f64());
 

@@ -416,6 +416,7 @@ pub(super) fn render(results: &Value, args: &BenchArgs) -> String {
          run. Reading (file, zstd, postcard) runs on a thread of its own, a few frames ahead \
          of the stages.\n"
     );
+    super::always_on::render(&mut md, &results["always_on"]);
     let _ = writeln!(
         md,
         "## Soak\n\nThe probe on a leaking server for half an hour, its memory and CPU sampled \
