@@ -156,6 +156,14 @@ impl Accounting {
             .tick(ts, self.live_by_category, self.reclaimed_total, self.allocs);
     }
 
+    /// Whether session `key`'s map entry left the map: every block of it
+    /// identified was freed (`SessionState::Closed`, final).
+    pub fn closed(&self, key: SessionKey) -> bool {
+        self.sessions
+            .get(key as usize)
+            .is_some_and(|s| s.map_blocks > 0 && s.map_blocks_live() == 0)
+    }
+
     fn session(&mut self, key: SessionKey) -> &mut SessionBytes {
         let index = key as usize;
         if self.sessions.len() <= index {

@@ -89,9 +89,22 @@ impl HeapProfile {
 
 /// Allocation totals gathered while the recording is read, by stack and by the
 /// session the block was charged to.
+///
+/// By session, because pprof labels what was allocated with the session's
+/// state, known at the end; but a session closed for good (its map entry's
+/// blocks all freed) stays closed, so its totals fold into one table by
+/// stack: a day of session churn keeps a few entries per stack, not one per
+/// session and stack (44 M of them, most of a day's report time and memory).
 #[derive(Debug, Default)]
 pub struct Allocated {
-    by: HashMap<(Option<StackId>, Option<SessionKey>), Usage>,
+    /// Outside sessions, by stack.
+    outside: HashMap<Option<StackId>, Usage>,
+    /// Per session key, by stack: a few stacks each, found by a scan.
+    sessions: Vec<Vec<(Option<StackId>, Usage)>>,
+    /// Sessions closed for good, by stack.
+    closed: HashMap<Option<StackId>, Usage>,
+    /// Which session keys were folded into `closed`.
+    folded: Vec<bool>,
 }
 
 impl Allocated {
@@ -102,22 +115,87 @@ impl Allocated {
         bytes: u64,
         objects: f64,
     ) {
-        self.by
-            .entry((stack, session))
-            .or_default()
-            .add(bytes, objects);
+        let Some(key) = session else {
+            self.outside.entry(stack).or_default().add(bytes, objects);
+            return;
+        };
+        let index = key as usize;
+        if self.folded.get(index).copied().unwrap_or(false) {
+            self.closed.entry(stack).or_default().add(bytes, objects);
+            return;
+        }
+        if self.sessions.len() <= index {
+            self.sessions.resize_with(index + 1, Vec::new);
+        }
+        let stacks = &mut self.sessions[index];
+        match stacks.iter_mut().find(|(s, _)| *s == stack) {
+            Some((_, usage)) => usage.add(bytes, objects),
+            None => {
+                let mut usage = Usage::default();
+                usage.add(bytes, objects);
+                stacks.push((stack, usage));
+            }
+        }
+    }
+
+    /// Session `key` is closed for good: its totals (and what it allocates
+    /// from now on) fold into the closed sessions'.
+    pub fn close(&mut self, key: SessionKey) {
+        let index = key as usize;
+        if self.folded.len() <= index {
+            self.folded.resize(index + 1, false);
+        }
+        if std::mem::replace(&mut self.folded[index], true) {
+            return;
+        }
+        if let Some(stacks) = self.sessions.get_mut(index) {
+            for (stack, usage) in std::mem::take(stacks) {
+                let total = self.closed.entry(stack).or_default();
+                total.objects += usage.objects;
+                total.bytes += usage.bytes;
+            }
+        }
     }
 
     /// The same totals with each session key mapped through `resolve` (sessions
     /// merged while reading fold into one).
-    pub fn resolved(self, resolve: impl Fn(SessionKey) -> SessionKey) -> Self {
-        let mut by: HashMap<_, Usage> = HashMap::default();
-        for ((stack, session), usage) in self.by {
-            let total = by.entry((stack, session.map(&resolve))).or_default();
-            total.objects += usage.objects;
-            total.bytes += usage.bytes;
+    pub fn resolved(mut self, resolve: impl Fn(SessionKey) -> SessionKey) -> Self {
+        for index in 0..self.sessions.len() {
+            let into = resolve(index as SessionKey) as usize;
+            if into == index || self.sessions[index].is_empty() {
+                continue;
+            }
+            for (stack, usage) in std::mem::take(&mut self.sessions[index]) {
+                self.add(stack, Some(into as SessionKey), usage.bytes, usage.objects);
+            }
         }
-        Self { by }
+        self
+    }
+
+    /// Every total with its session's label: `None` outside sessions.
+    fn labelled(
+        self,
+        state: impl Fn(SessionKey) -> Option<SessionState>,
+    ) -> impl Iterator<Item = ((Option<StackId>, Option<SessionState>), Usage)> {
+        let outside = self
+            .outside
+            .into_iter()
+            .map(|(stack, u)| ((stack, None), u));
+        let closed = self
+            .closed
+            .into_iter()
+            .map(|(stack, u)| ((stack, Some(SessionState::Closed)), u));
+        let open = self
+            .sessions
+            .into_iter()
+            .enumerate()
+            .flat_map(move |(key, stacks)| {
+                let label = state(key as SessionKey);
+                stacks
+                    .into_iter()
+                    .map(move |(stack, u)| ((stack, label), u))
+            });
+        outside.chain(closed).chain(open)
     }
 }
 
@@ -132,8 +210,8 @@ pub fn build(
     let label = |session: Option<SessionKey>| session.and_then(&state);
     let mut by_key: HashMap<(Option<StackId>, Option<SessionState>), (Usage, Usage)> =
         HashMap::default();
-    for ((stack, session), usage) in allocated.by {
-        let entry = by_key.entry((stack, label(session))).or_default();
+    for (key, usage) in allocated.labelled(&state) {
+        let entry = by_key.entry(key).or_default();
         entry.0.objects += usage.objects;
         entry.0.bytes += usage.bytes;
     }

@@ -285,6 +285,13 @@ impl Builder {
         if block.session.is_some() || self.sessions.wants_every_free() {
             self.sessions.free(addr);
         }
+        // The last of a session's map-entry blocks gone: closed for good.
+        if block.category == crate::stages::attribute::Category::SessionMap
+            && let Some(key) = block.session.map(|s| self.sessions.resolve(s))
+            && self.books.closed(key)
+        {
+            self.allocated.close(key);
+        }
         if block.task.is_some() {
             // Only a cell retagged as its task's can be a task's header.
             self.tasks.free(ts, addr);
