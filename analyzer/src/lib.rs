@@ -25,13 +25,13 @@ mod outputs;
 mod stages;
 mod units;
 
+pub use leakscope_recording::frames::short_name;
 pub use outputs::diff::Diff;
 /// The diff of two analysed recordings, each (its name, summary, timeline).
 pub use outputs::diff::diff as diff_timelines;
 pub use outputs::summary::{Summary, VerdictKind, percentile, summarize};
 pub use outputs::{InMemory, OutputDir, Sink, write_diff, write_report};
 pub use stages::attribute::{Category, Rules};
-pub use stages::names::short_name;
 pub use stages::objects::sessions::SessionState;
 pub use stages::objects::tasks::TaskState;
 pub use stages::sites::Site;

@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use crate::outputs::objects::ObjectKind;
 use crate::outputs::summary::{Summary, VerdictKind, percentile};
-use crate::stages::names::site_name;
 use crate::stages::objects::sessions::SessionState;
+use crate::stages::sites::site_name;
 use crate::stages::timeline::Timeline;
 use crate::units::bytes;
 

@@ -25,9 +25,9 @@
 use serde::Serialize;
 
 use crate::stages::attribute::Category;
-use crate::stages::names::site_name;
 use crate::stages::objects::sessions::SessionState;
 use crate::stages::sites::Site;
+use crate::stages::sites::site_name;
 use crate::stages::timeline::Timeline;
 
 pub const FORMAT_VERSION: u32 = 4;

@@ -24,10 +24,11 @@ use leakscope_recording::preset::{Preset, ReleaseRule};
 
 use crate::outputs::objects::{ObjectKind, SpawnSite};
 use crate::outputs::summary::{Summary, VerdictKind};
-use crate::stages::names::{short_name, site_name};
 use crate::stages::sites::Site;
+use crate::stages::sites::site_name;
 use crate::stages::timeline::{SessionState, Timeline};
 use crate::units::{bytes, estimated_bytes, estimated_count};
+use leakscope_recording::frames::short_name;
 use leakscope_recording::sampling::Sampling;
 
 /// What the release a recording's target was built with does with sessions

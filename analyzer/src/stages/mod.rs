@@ -3,7 +3,6 @@
 
 pub mod accounting;
 pub mod attribute;
-pub mod names;
 pub mod objects;
 pub mod profile;
 pub mod sites;

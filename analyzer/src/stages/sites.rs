@@ -21,6 +21,8 @@
 
 use std::collections::HashMap;
 
+use leakscope_recording::frames::{own_frame, short_name};
+
 use crate::stages::stacks::Trimmer;
 use leakscope_recording::StackId;
 
@@ -169,6 +171,18 @@ pub fn sites<'a>(
 /// Of the recording's activity (its allocations, in order), the last share
 /// whose survivors count as in flight at the end (requests being served).
 pub const IN_FLIGHT_SHARE: f64 = 0.05;
+
+/// The frame that best names a site, shortened: the one whose rule chose its
+/// category, else the program's innermost own frame (how frames read is
+/// `leakscope_recording::frames`', shared with the probe's status line).
+pub fn site_name(site: &Site) -> String {
+    site.decided_by
+        .and_then(|i| site.frames.get(i))
+        .map(|f| f.function.as_str())
+        .or_else(|| own_frame(site.frames.iter().map(|f| f.function.as_str())))
+        .map(short_name)
+        .unwrap_or_else(|| "[unknown stack]".into())
+}
 
 /// Fewer allocations than this (a couple of dozen requests' worth) say too
 /// little of where a recording's survivors come from to call them settled.

@@ -140,7 +140,7 @@ fn top_sites(md: &mut String, summary: &Summary) {
         // Long generic arguments dropped for reading; summary.json keeps the full names.
         for frame in site.frames.iter().take(14) {
             let shown = if frame.len() > READABLE_NAME {
-                crate::stages::names::short_name(frame)
+                leakscope_recording::frames::short_name(frame)
             } else {
                 frame.clone()
             };

@@ -247,14 +247,14 @@ pub fn spawn_site(frames: Vec<crate::stages::symbolize::Frame>) -> Option<String
                     .is_some_and(|rest| rest.starts_with("::"))
             }) && !name.starts_with("0x")
                 && !crate::stages::stacks::is_allocator_frame(name)
-                && !crate::stages::names::is_library_frame(name)
+                && !leakscope_recording::frames::is_library_frame(name)
         })
         .collect();
     if outside_tokio.is_empty() {
         return None;
     }
-    crate::stages::names::own_frame(outside_tokio.iter().copied())
-        .map(crate::stages::names::short_name)
+    leakscope_recording::frames::own_frame(outside_tokio.iter().copied())
+        .map(leakscope_recording::frames::short_name)
 }
 
 #[cfg(test)]

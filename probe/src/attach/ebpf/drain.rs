@@ -118,7 +118,9 @@ pub(super) async fn record_until_stopped(
     let mut last = (Instant::now(), 0u64);
     let program = exe_identity(options.pid);
     let attached_at = (Instant::now(), cpu_ticks(options.pid));
-    let mut silence_checked = options.bare;
+    // A sampled recording sees no allocation until one crosses its countdown:
+    // silence then says nothing of where the process allocates.
+    let mut silence_checked = options.bare || options.sampling.is_sampled();
     loop {
         tokio::select! {
             _ = signals.interrupt.recv() => return Ok(EndReason::Interrupted),
