@@ -95,6 +95,8 @@ fn report(args: &[String]) -> Result<()> {
 fn test() -> Result<()> {
     setup::ensure_prerequisites()?;
     shell::cargo(&["fmt", "--all", "--", "--check"])?;
+    // No file imports a file that imports it back (the layout a newcomer reads).
+    shell::run(std::process::Command::new("python3").arg("scripts/check-cycles.py"))?;
     shell::cargo(&[
         "clippy",
         "--workspace",

@@ -6,10 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use crate::outputs::summary::{IdleSpread, Retained, percentile};
-pub use crate::stages::objects::ObjectKind;
+use crate::outputs::summary::schema::{IdleSpread, Retained, percentile};
+pub use crate::outputs::summary::schema::{ObjectKind, ObjectSummary, SpawnSite};
 use crate::stages::objects::sessions::SessionState;
 use crate::stages::objects::tasks::TaskState;
 use crate::stages::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
@@ -24,44 +22,6 @@ const MAX_SPAWN_SITES: usize = 10;
 /// A spawn site whose parked tasks leak has at most this share of its tasks
 /// ended ("none has ended", with room for a few that a client closed).
 const MAX_ENDED_SHARE: f64 = 0.05;
-
-/// One kind's objects at the end of a recording (`summary.json`'s `objects`).
-#[derive(Debug, Serialize)]
-pub struct ObjectSummary {
-    pub count: u64,
-    /// Objects per state (every state of the kind is listed).
-    pub states: BTreeMap<&'static str, u64>,
-    /// Per object still alive at the end (a live session; an alive or parked
-    /// task): bytes it holds.
-    pub alive_bytes: Retained,
-    /// Per object that ended (a task) or leaked (a session) and still holds
-    /// memory: what it left behind.
-    pub retained_bytes: Retained,
-    /// Per object still alive: seconds since it last did anything.
-    pub idle_s: IdleSpread,
-    /// Where the kind's objects were spawned from, most alive first (tasks).
-    pub spawn_sites: Vec<SpawnSite>,
-}
-
-/// Tasks spawned from one function.
-#[derive(Debug, Clone, Serialize)]
-pub struct SpawnSite {
-    /// The function (`[unknown] (cells of N B)` when the cell's stack does
-    /// not reach the program's code: a build without frame pointers).
-    pub site: String,
-    /// `site` names a function.
-    pub known: bool,
-    pub count: u64,
-    pub ended: u64,
-    pub alive: u64,
-    pub parked: u64,
-    /// How many belong to a session (counted in its footprint).
-    pub in_sessions: u64,
-    /// Per task alive or parked at the end: bytes it owns.
-    pub alive_bytes: Retained,
-    /// Its tasks are a leak: see [`SpawnSite::is_leak`].
-    pub leak: bool,
-}
 
 impl SpawnSite {
     /// Tasks that pile up: at least [`MIN_BLOCKS`] of them spawned during the

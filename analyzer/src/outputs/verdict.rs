@@ -22,8 +22,7 @@
 
 use leakscope_recording::preset::{Preset, ReleaseRule};
 
-use crate::outputs::objects::{ObjectKind, SpawnSite};
-use crate::outputs::summary::{Summary, VerdictKind};
+use crate::outputs::summary::schema::{ObjectKind, SpawnSite, Summary, VerdictKind};
 use crate::stages::sites::Site;
 use crate::stages::sites::site_name;
 use crate::stages::timeline::{SessionState, Timeline};

@@ -104,6 +104,7 @@ pub(super) async fn record_until_stopped(
     loaded: &mut Loaded,
     capture: &mut FileCapture,
     output: &mut Output,
+    program: Option<(u64, u64)>,
     trampoline: &mut Trampoline,
     signals: &mut StopSignals,
     options: &AttachOptions,
@@ -116,7 +117,6 @@ pub(super) async fn record_until_stopped(
     let mut slow = tokio::time::interval(CHECK_EVERY);
     let deadline = deadline(options.duration);
     let mut last = (Instant::now(), 0u64);
-    let program = exe_identity(options.pid);
     let attached_at = (Instant::now(), cpu_ticks(options.pid));
     // A sampled recording sees no allocation until one crosses its countdown:
     // silence then says nothing of where the process allocates.

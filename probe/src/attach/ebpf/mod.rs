@@ -18,7 +18,7 @@ use std::io::BufWriter;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use leakscope_recording::target::{Target, is_alive};
+use leakscope_recording::target::{Target, exe_identity, is_alive};
 use leakscope_recording::{EndReason, Header, Record, monotonic_ns};
 
 use super::rotation::Output;
@@ -58,6 +58,10 @@ pub(super) async fn record(
         plan,
         header,
     } = prepare(options, on_event)?;
+    // Which program the target runs, read before anything is attached: an
+    // exec right after `attached:` (a test's target waits for exactly that)
+    // must read as one, not as the program it became.
+    let program = exe_identity(options.pid);
     let mut output = Output::new(options);
     let mut capture = begin(&mut output, &target, &header)?;
     let first = output.path();
@@ -96,6 +100,7 @@ pub(super) async fn record(
         &mut loaded,
         &mut capture,
         &mut output,
+        program,
         &mut trampoline,
         signals,
         options,

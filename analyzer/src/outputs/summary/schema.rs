@@ -1,0 +1,224 @@
+//! `summary.json`'s types: the contract other tools read (field names change
+//! only with [`FORMAT_VERSION`](super::FORMAT_VERSION)). Plain data: the
+//! summary ([`summarize`](super::summarize)), the objects
+//! ([`objects`](crate::outputs::objects)) and the verdict
+//! ([`verdict`](crate::outputs::verdict)) fill it and read it, and it imports
+//! none of them, so none of them imports one that imports it back.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use crate::stages::objects::ObjectKind;
+use crate::stages::objects::sessions::SessionState;
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub format_version: u32,
+    pub producer: &'static str,
+    /// How the recording chose its allocations (format 4).
+    pub sampling: SamplingSummary,
+    pub duration_s: f64,
+    pub events: Events,
+    pub sessions: Sessions,
+    /// Every kind of lifecycle object the recording shows (sessions, tasks).
+    pub objects: BTreeMap<ObjectKind, ObjectSummary>,
+    pub categories: Vec<CategorySummary>,
+    pub top_sites: Vec<SiteSummary>,
+    /// Blocks allocated during the recording and still live at the end, by call
+    /// site, most live bytes first; no preset needed.
+    pub findings: Vec<Finding>,
+    /// Lifecycle signals the recording lacks, and what the verdict cannot claim.
+    pub missing_signals: Vec<String>,
+    /// What else limits the figures (a torn recording, files that could not be
+    /// matched for symbols).
+    pub warnings: Vec<String>,
+    pub verdict_kind: VerdictKind,
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerdictKind {
+    Leak,
+    NoLeak,
+    Undecided,
+}
+
+/// `every`, or a sample by bytes whose figures are estimates.
+#[derive(Debug, Serialize)]
+pub struct SamplingSummary {
+    /// Mean bytes between samples; `null` when every call was recorded.
+    pub mean_bytes: Option<u64>,
+    /// Whether byte and block figures are estimates.
+    pub estimated: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Events {
+    pub alloc: u64,
+    pub free: u64,
+    pub lost: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Sessions {
+    pub count: u64,
+    pub worker_ended: u64,
+    /// Format 1's figure, kept: sessions whose worker ended and that retain no
+    /// byte. The verdict reads `states` instead.
+    pub closed: u64,
+    /// Sessions per observed state at the end of the recording.
+    pub states: States,
+    /// Per leaked session: bytes still live after its worker ended.
+    pub retained_bytes: Retained,
+    /// Per live session: bytes it holds at the end.
+    pub live_bytes: Retained,
+    /// Per live session: seconds since it last did anything (p50, max).
+    pub live_idle_s: IdleSpread,
+    pub transient_bytes: Spread,
+}
+
+#[derive(Debug, Serialize, Default, Clone, Copy)]
+pub struct States {
+    pub closed: u64,
+    pub leaked: u64,
+    pub live: u64,
+    pub unknown: u64,
+}
+
+impl States {
+    pub(crate) fn count(&mut self, state: SessionState) {
+        match state {
+            SessionState::Closed => self.closed += 1,
+            SessionState::Leaked => self.leaked += 1,
+            SessionState::Live => self.live += 1,
+            SessionState::Unknown => self.unknown += 1,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Default, Clone)]
+pub struct Retained {
+    pub p50: u64,
+    pub p90: u64,
+    pub max: u64,
+    pub total: u64,
+}
+
+impl Retained {
+    pub(crate) fn of(mut values: Vec<u64>) -> Self {
+        values.sort_unstable();
+        Self {
+            p50: percentile(&values, 50.0),
+            p90: percentile(&values, 90.0),
+            max: values.last().copied().unwrap_or(0),
+            total: values.iter().sum(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct IdleSpread {
+    pub p50: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct Spread {
+    pub p50: u64,
+    pub p90: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CategorySummary {
+    pub name: &'static str,
+    pub allocated_bytes: u64,
+    pub reclaimed_bytes: u64,
+    pub retained_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteSummary {
+    pub frames: Vec<String>,
+    pub retained_bytes: u64,
+    pub blocks: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Finding {
+    /// The frame that best names the site, shortened for reading: the one whose
+    /// rule chose its category, else the program's innermost own frame.
+    pub name: String,
+    /// Function names, innermost first, allocator frames trimmed (full names).
+    pub frames: Vec<String>,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+    /// The recorded blocks `live_bytes` rests on: `live_blocks` itself, or
+    /// in a sampled recording the samples the estimate comes from (format 4).
+    pub samples: u64,
+    /// Relative standard error of `live_bytes`: 0 when exact (format 4).
+    pub relative_error: f64,
+    /// Fitted growth of the site's surviving bytes over the recording.
+    pub growth_bytes_per_s: f64,
+    /// Live bytes per lifecycle event, where the recording has such events.
+    pub bytes_per_event: Option<PerEvent>,
+    /// How long the oldest of its blocks has been live at the end.
+    pub oldest_age_s: f64,
+    /// Keeps a block (or a fixed group) per request or event: see `sites::Site::is_leak_candidate`.
+    pub leak_candidate: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PerEvent {
+    pub event: &'static str,
+    pub bytes: u64,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// One kind's objects at the end of a recording (`summary.json`'s `objects`).
+#[derive(Debug, Serialize)]
+pub struct ObjectSummary {
+    pub count: u64,
+    /// Objects per state (every state of the kind is listed).
+    pub states: BTreeMap<&'static str, u64>,
+    /// Per object still alive at the end (a live session; an alive or parked
+    /// task): bytes it holds.
+    pub alive_bytes: Retained,
+    /// Per object that ended (a task) or leaked (a session) and still holds
+    /// memory: what it left behind.
+    pub retained_bytes: Retained,
+    /// Per object still alive: seconds since it last did anything.
+    pub idle_s: IdleSpread,
+    /// Where the kind's objects were spawned from, most alive first (tasks).
+    pub spawn_sites: Vec<SpawnSite>,
+}
+
+/// Tasks spawned from one function.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpawnSite {
+    /// The function (`[unknown] (cells of N B)` when the cell's stack does
+    /// not reach the program's code: a build without frame pointers).
+    pub site: String,
+    /// `site` names a function.
+    pub known: bool,
+    pub count: u64,
+    pub ended: u64,
+    pub alive: u64,
+    pub parked: u64,
+    /// How many belong to a session (counted in its footprint).
+    pub in_sessions: u64,
+    /// Per task alive or parked at the end: bytes it owns.
+    pub alive_bytes: Retained,
+    /// Its tasks are a leak: see [`SpawnSite::is_leak`].
+    pub leak: bool,
+}
