@@ -138,7 +138,7 @@ fn verdict_after(records: &[Record], seconds: u64) -> (VerdictKind, String, u64,
         Builder::new(Rules::builtin(), 1_000_000_000, 100 * MS).sampling(Sampling::every_bytes(T));
     for record in records
         .iter()
-        .take_while(|r| ts(r).is_none_or(|t| t <= cut))
+        .take_while(|r| r.ts().is_none_or(|t| t <= cut))
     {
         builder.push(record.clone());
     }
@@ -155,13 +155,6 @@ fn verdict_after(records: &[Record], seconds: u64) -> (VerdictKind, String, u64,
         top.map_or(0, |f| f.samples),
         top.map_or(0.0, |f| f.relative_error),
     )
-}
-
-fn ts(record: &Record) -> Option<u64> {
-    match record {
-        Record::Alloc { ts, .. } | Record::Free { ts, .. } => Some(*ts),
-        _ => None,
-    }
 }
 
 #[test]

@@ -173,7 +173,7 @@ impl Coalescer {
                     index,
                     class,
                     arg,
-                    ts: record_ts(record),
+                    ts: record.ts().unwrap_or(0),
                     holds: false,
                 });
             } else {
@@ -248,13 +248,6 @@ impl Coalescer {
             },
             _ => {}
         }
-    }
-}
-
-fn record_ts(record: &Record) -> u64 {
-    match *record {
-        Record::Scope { ts, .. } => ts,
-        _ => 0,
     }
 }
 

@@ -442,6 +442,35 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// When it happened; `None` for what has no time (stacks, mappings).
+    pub fn ts(&self) -> Option<u64> {
+        match *self {
+            Record::Alloc { ts, .. }
+            | Record::Free { ts, .. }
+            | Record::Realloc { ts, .. }
+            | Record::Scope { ts, .. }
+            | Record::Session { ts, .. }
+            | Record::Lost { ts, .. }
+            | Record::End { ts, .. }
+            | Record::TraceOrigin { ts }
+            | Record::Task { ts, .. } => Some(ts),
+            Record::Stack { .. } | Record::Mapping(_) => None,
+        }
+    }
+
+    /// The stack it names, for a reader that renumbers stacks (segments read
+    /// as one, a recording replayed).
+    pub fn stack_mut(&mut self) -> Option<&mut Option<StackId>> {
+        match self {
+            Record::Alloc { stack, .. }
+            | Record::Realloc { stack, .. }
+            | Record::Task { stack, .. } => Some(stack),
+            _ => None,
+        }
+    }
+}
+
 /// What a [`Record::Task`] says of its task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

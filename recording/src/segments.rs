@@ -194,73 +194,28 @@ impl Chain {
     fn rebase(&mut self, batch: Vec<Record>) -> Vec<Record> {
         let base = self.stack_base;
         let last = self.next >= self.paths.len();
-        let rebased = |stack: Option<StackId>| stack.map(|s| s + base);
         let mut out = Vec::with_capacity(batch.len());
-        for record in batch {
-            let record = match record {
-                Record::Stack { id, frames } => {
-                    self.stacks_here = self.stacks_here.max(id + 1);
-                    Record::Stack {
-                        id: id + base,
-                        frames,
-                    }
+        for mut record in batch {
+            match &mut record {
+                Record::Stack { id, .. } => {
+                    self.stacks_here = self.stacks_here.max(*id + 1);
+                    *id += base;
                 }
-                Record::Alloc {
-                    ts,
-                    tid,
-                    addr,
-                    size,
-                    stack,
-                } => Record::Alloc {
-                    ts,
-                    tid,
-                    addr,
-                    size,
-                    stack: rebased(stack),
-                },
-                Record::Realloc {
-                    ts,
-                    tid,
-                    old,
-                    new,
-                    size,
-                    stack,
-                    entry_ts,
-                } => Record::Realloc {
-                    ts,
-                    tid,
-                    old,
-                    new,
-                    size,
-                    stack: rebased(stack),
-                    entry_ts,
-                },
-                Record::Task {
-                    ts,
-                    tid,
-                    id,
-                    event,
-                    stack,
-                } => Record::Task {
-                    ts,
-                    tid,
-                    id,
-                    event,
-                    stack: rebased(stack),
-                },
                 Record::Mapping(mapping) => {
-                    if self.mappings.contains(&mapping) {
+                    if self.mappings.contains(mapping) {
                         continue;
                     }
                     self.mappings.push(mapping.clone());
-                    Record::Mapping(mapping)
                 }
                 Record::End {
                     reason: EndReason::Rotated,
                     ..
                 } if !last => continue,
-                other => other,
-            };
+                _ => {}
+            }
+            if let Some(Some(stack)) = record.stack_mut() {
+                *stack += base;
+            }
             out.push(record);
         }
         out

@@ -172,6 +172,26 @@ impl Allocated {
         self
     }
 
+    /// Blocks allocated per stack, whatever session (estimates when sampled).
+    pub fn objects_by_stack(&self) -> HashMap<Option<StackId>, f64> {
+        let mut by: HashMap<Option<StackId>, f64> = HashMap::default();
+        let all = self
+            .outside
+            .iter()
+            .chain(self.closed.iter())
+            .map(|(stack, usage)| (*stack, usage.objects))
+            .chain(
+                self.sessions
+                    .iter()
+                    .flatten()
+                    .map(|(stack, usage)| (*stack, usage.objects)),
+            );
+        for (stack, objects) in all {
+            *by.entry(stack).or_default() += objects;
+        }
+        by
+    }
+
     /// Every total with its session's label: `None` outside sessions.
     fn labelled(
         self,

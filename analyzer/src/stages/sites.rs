@@ -188,6 +188,10 @@ pub fn site_name(site: &Site) -> String {
 /// little of where a recording's survivors come from to call them settled.
 pub const MIN_SETTLED_ALLOCATIONS: u64 = 100;
 
+/// From samples too few to weigh the rest's growth, the share of what their
+/// stacks allocated that may survive for the rest to count as freed.
+pub const MAX_SURVIVING_SHARE: f64 = 0.1;
+
 /// Bytes a settled rest may have grown by since half the activity, beyond
 /// a quarter of what was live then.
 pub const SETTLED_SLACK_BYTES: u64 = 4096;
@@ -213,6 +217,11 @@ pub struct Rest {
     /// sample standing for others (a sampled recording's).
     pub survivors: u64,
     pub sampled: bool,
+    /// In a sampled recording: the blocks the survivors stand for, and the
+    /// blocks allocated at their stacks over the recording (estimates,
+    /// rounded; see [`Rest::weigh_survivors`]).
+    pub surviving_blocks: u64,
+    pub allocated_at_survivors: u64,
 }
 
 impl Rest {
@@ -262,16 +271,49 @@ impl Rest {
     /// has no sample in its second half one time in twelve, and would read
     /// as bounded (`analyzer/tests/detection_time.rs` found it).
     pub fn settled(&self) -> bool {
+        let few_samples = self.sampled && self.survivors < MIN_BLOCKS;
         self.allocations >= MIN_SETTLED_ALLOCATIONS
             && self.enough_survivors()
-            && self.early_bytes + self.late_bytes
-                <= self.live_at_half + self.live_at_half / 4 + SETTLED_SLACK_BYTES
+            // A sample or two alive weigh nothing against half-way: their
+            // stacks' freeing is the evidence then.
+            && (few_samples
+                || self.early_bytes + self.late_bytes
+                    <= self.live_at_half + self.live_at_half / 4 + SETTLED_SLACK_BYTES)
     }
 
     /// Whether the survivors are enough to judge: always in a recording of
-    /// every call; at least [`MIN_BLOCKS`] of them from samples.
+    /// every call; from samples, at least [`MIN_BLOCKS`] of them, or so few
+    /// against what their stacks allocated (at most [`MAX_SURVIVING_SHARE`])
+    /// that their stacks clearly free what they make: a cache that keeps its
+    /// newest 16 entries of 2400 leaves one sample alive and 144 freed, a leak
+    /// keeps every sample it has.
     pub fn enough_survivors(&self) -> bool {
-        !self.sampled || self.survivors >= MIN_BLOCKS
+        !self.sampled
+            || self.survivors >= MIN_BLOCKS
+            || (self.surviving_blocks as f64)
+                <= MAX_SURVIVING_SHARE * self.allocated_at_survivors as f64
+    }
+
+    /// Fills [`surviving_blocks`](Self::surviving_blocks) and
+    /// [`allocated_at_survivors`](Self::allocated_at_survivors) from the
+    /// `live` blocks of [`Rest::of`] and what each stack allocated.
+    pub fn weigh_survivors<'a>(
+        &mut self,
+        live: impl IntoIterator<Item = &'a (Block, bool)>,
+        allocated_at: impl Fn(Option<leakscope_recording::StackId>) -> f64,
+    ) {
+        let total = self.allocations.max(1) as f64;
+        let mut stacks = std::collections::HashSet::new();
+        let mut surviving = 0.0;
+        for (block, _) in live {
+            if block.seq as f64 / total <= 1.0 - IN_FLIGHT_SHARE {
+                surviving += block.weight;
+                stacks.insert(block.stack);
+            }
+        }
+        self.surviving_blocks = surviving.round() as u64;
+        self.allocated_at_survivors =
+            stacks.into_iter().map(allocated_at).sum::<f64>().round() as u64;
     }
 }
 

@@ -304,7 +304,13 @@ impl Builder {
         let start_ns = self.start_ns.unwrap_or(end_ns);
         let totals = self.books.finish(end_ns, &self.sessions);
         let sites = crate::stages::sites::sites(&totals.live, totals.allocs, &mut self.stacks);
-        let rest = crate::stages::sites::Rest::of(&totals.live, totals.allocs, &totals.samples);
+        let mut rest = crate::stages::sites::Rest::of(&totals.live, totals.allocs, &totals.samples);
+        if rest.sampled {
+            let allocated = self.allocated.objects_by_stack();
+            rest.weigh_survivors(&totals.live, |stack| {
+                allocated.get(&stack).copied().unwrap_or(0.0)
+            });
+        }
         // Saturating: a producer's timestamps need not be monotonic in record order.
         let to_s = |ts: &u64| ts.saturating_sub(start_ns) as f64 / 1e9;
         let worker_ends_s = self.sessions.worker_ends().iter().map(to_s).collect();

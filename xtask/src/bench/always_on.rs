@@ -26,7 +26,7 @@ use leakscope_fixtures::process::{FixtureProcess, ProbeProcess};
 use leakscope_recording::{EndReason, Record, RecordingReader, RecordingWriter};
 use serde_json::{Value, json};
 
-use super::analyzer::time_report;
+use super::analyzer::{Copies, replay, time_report};
 
 /// The default mean, as `attach --sample` takes it.
 const MEAN_BYTES: u64 = 512 * 1024;
@@ -94,15 +94,7 @@ fn record_cache(
     let server = FixtureProcess::start(&env.bin.join(server), &[])?;
     let addr = server.addr()?;
     let recording = env.scratch.join(format!("{name}.lsrec"));
-    let mut args = vec!["--force"];
-    args.extend(extra);
-    let probe = ProbeProcess::start(
-        crate::shell::privileged(env.probe),
-        server.pid(),
-        &recording,
-        &args,
-        Stdio::inherit(),
-    )?;
+    let probe = attach(env, server.pid(), &recording, extra)?;
     let started = Instant::now();
     let sent = cache::drive(addr, REQUESTS_PER_S, Duration::from_secs(env.seconds))?;
     let seconds = started.elapsed().as_secs_f64();
@@ -110,6 +102,19 @@ fn record_cache(
         bail!("leakscope-probe failed on {name}");
     }
     Ok((recording, sent, seconds))
+}
+
+/// The probe on `pid`, writing `recording` (`extra`: its flags).
+fn attach(env: &AlwaysOnEnv, pid: u32, recording: &Path, extra: &[&str]) -> Result<ProbeProcess> {
+    let mut args = vec!["--force"];
+    args.extend(extra);
+    ProbeProcess::start(
+        crate::shell::privileged(env.probe),
+        pid,
+        recording,
+        &args,
+        Stdio::inherit(),
+    )
 }
 
 fn detection(env: &AlwaysOnEnv, mode: &str, server: &str) -> Result<Value> {
@@ -211,15 +216,7 @@ fn record_sessions(
         &["--composition", "service", "--keep-alive", "5s"],
     )?;
     let recording = env.scratch.join(format!("{name}.lsrec"));
-    let mut args = vec!["--force"];
-    args.extend(extra);
-    let probe = ProbeProcess::start(
-        crate::shell::privileged(env.probe),
-        server.pid(),
-        &recording,
-        &args,
-        Stdio::inherit(),
-    )?;
+    let probe = attach(env, server.pid(), &recording, extra)?;
     let started = Instant::now();
     let count = (seconds * rate).to_string();
     let status = Command::new(env.bin.join("churn"))
@@ -271,7 +268,7 @@ fn day_read(env: &AlwaysOnEnv, disk: &Value) -> Result<Value> {
         .as_f64()
         .context("no day estimate")? as u64;
     let day = env.scratch.join("always-on-day.lsrec");
-    let written = replay_whole(&source, &day, records)?;
+    let written = replay(&source, &day, records, Copies::Whole)?;
     let leakscope = env.bin.join("leakscope");
     let (seconds, peak_rss, _) = time_report(&leakscope, &day, env.scratch)?;
     let bytes = std::fs::metadata(&day)?.len();
@@ -309,19 +306,6 @@ fn allocations(path: &Path) -> Result<u64> {
         .count() as u64)
 }
 
-fn ts(record: &Record) -> Option<u64> {
-    match record {
-        Record::Alloc { ts, .. }
-        | Record::Free { ts, .. }
-        | Record::Realloc { ts, .. }
-        | Record::Scope { ts, .. }
-        | Record::Session { ts, .. }
-        | Record::Task { ts, .. }
-        | Record::Lost { ts, .. } => Some(*ts),
-        _ => None,
-    }
-}
-
 /// Writes the first `seconds` of `source` (from its first timed record) to
 /// `out`, ended as if stopped then.
 fn cut_recording(source: &Path, out: &Path, seconds: u64) -> Result<()> {
@@ -331,7 +315,10 @@ fn cut_recording(source: &Path, out: &Path, seconds: u64) -> Result<()> {
     let mut first = None;
     let mut end = 0;
     for record in reader {
-        if let Some(t) = ts(&record) {
+        if let Some(t) = record
+            .ts()
+            .filter(|_| !matches!(record, Record::End { .. }))
+        {
             let start = *first.get_or_insert(t);
             end = start + seconds * 1_000_000_000;
             if t > end {
@@ -348,109 +335,6 @@ fn cut_recording(source: &Path, out: &Path, seconds: u64) -> Result<()> {
         reason: EndReason::Interrupted,
     })?;
     Ok(())
-}
-
-/// Writes `source` over and over into `out`, every record (lifecycle ones
-/// too) shifted in time and address each copy, until `records` are written.
-fn replay_whole(source: &Path, out: &Path, records: u64) -> Result<u64> {
-    let reader = RecordingReader::open(source)?;
-    let header = reader.header().clone();
-    let all: Vec<Record> = reader.collect();
-    let (first, last) = all
-        .iter()
-        .filter_map(ts)
-        .fold((u64::MAX, 0), |(lo, hi), t| (lo.min(t), hi.max(t)));
-    let span = last.saturating_sub(first) + 1_000_000;
-    let mut writer = RecordingWriter::create(out, &header)?;
-    let mut written = 0u64;
-    let mut copy = 0u64;
-    let a = |addr: u64, copy: u64| if addr == 0 { 0 } else { addr + (copy << 40) };
-    while written < records {
-        let dt = copy * span;
-        for record in &all {
-            let shifted = match record.clone() {
-                Record::Alloc {
-                    ts,
-                    tid,
-                    addr,
-                    size,
-                    stack,
-                } => Record::Alloc {
-                    ts: ts + dt,
-                    tid,
-                    addr: a(addr, copy),
-                    size,
-                    stack,
-                },
-                Record::Free { ts, tid, addr } => Record::Free {
-                    ts: ts + dt,
-                    tid,
-                    addr: a(addr, copy),
-                },
-                Record::Realloc {
-                    ts,
-                    tid,
-                    old,
-                    new,
-                    size,
-                    stack,
-                    entry_ts,
-                } => Record::Realloc {
-                    ts: ts + dt,
-                    tid,
-                    old: a(old, copy),
-                    new: a(new, copy),
-                    size,
-                    stack,
-                    entry_ts: entry_ts + dt,
-                },
-                Record::Scope {
-                    ts,
-                    tid,
-                    kind,
-                    phase,
-                    arg,
-                } => Record::Scope {
-                    ts: ts + dt,
-                    tid,
-                    kind,
-                    phase,
-                    arg: a(arg, copy),
-                },
-                Record::Session { ts, tid, fact } => Record::Session {
-                    ts: ts + dt,
-                    tid,
-                    fact,
-                },
-                Record::Task {
-                    ts,
-                    tid,
-                    id,
-                    event,
-                    stack,
-                } => Record::Task {
-                    ts: ts + dt,
-                    tid,
-                    id: a(id, copy),
-                    event,
-                    stack,
-                },
-                Record::Stack { .. } | Record::Mapping(_) if copy == 0 => record.clone(),
-                _ => continue,
-            };
-            writer.push(shifted)?;
-            written += 1;
-            if written >= records {
-                break;
-            }
-        }
-        copy += 1;
-    }
-    writer.finish(Record::End {
-        ts: first + copy * span,
-        reason: EndReason::Finished,
-    })?;
-    Ok(written)
 }
 
 /// The section of BENCHMARKS.md for [`always_on`]'s results.

@@ -20,74 +20,50 @@ pub(super) fn count_events(path: &Path) -> Result<u64> {
         .count() as u64)
 }
 
-/// Writes `out` with `source`'s memory records replayed until it holds at least
-/// `events` of them: each copy's addresses and times are shifted past the
-/// previous one's, so what one copy keeps adds to the live set, as in a server
-/// that has leaked for longer. Returns the events written.
-fn replay(source: &Path, out: &Path, events: u64) -> Result<u64> {
+/// What each copy of a replay holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Copies {
+    /// The memory records (lifecycle records in the first copy only): the
+    /// analyzer's throughput on events. Counts memory records.
+    Memory,
+    /// Every record, lifecycle ones too: a longer run of the same load (a
+    /// day of sessions). Counts every record.
+    Whole,
+}
+
+/// Writes `out` with `source` replayed until it holds at least `count`
+/// records (see [`Copies`]): each copy's addresses and times are shifted past
+/// the previous one's, so what one copy keeps adds to the live set, as in a
+/// server that has leaked for longer. Returns the records counted.
+pub(super) fn replay(source: &Path, out: &Path, count: u64, copies: Copies) -> Result<u64> {
     use leakscope_recording::{EndReason, Record, RecordingReader, RecordingWriter};
     let reader = RecordingReader::open(source)?;
     let header = reader.header().clone();
     let records: Vec<Record> = reader.collect();
     let (first, last) = records
         .iter()
-        .filter_map(record_ts)
+        .filter_map(Record::ts)
         .fold((u64::MAX, 0), |(lo, hi), ts| (lo.min(ts), hi.max(ts)));
     let span = last.saturating_sub(first) + 1_000_000;
     let mut writer = RecordingWriter::create(out, &header)?;
     let mut written = 0u64;
     let mut copy = 0u64;
-    while written < events {
+    while written < count {
         for record in &records {
-            let shifted = match record {
-                Record::Alloc {
-                    ts,
-                    tid,
-                    addr,
-                    size,
-                    stack,
-                } => Record::Alloc {
-                    ts: ts + copy * span,
-                    tid: *tid,
-                    addr: addr + (copy << 40),
-                    size: *size,
-                    stack: *stack,
-                },
-                Record::Free { ts, tid, addr } => Record::Free {
-                    ts: ts + copy * span,
-                    tid: *tid,
-                    addr: addr + (copy << 40),
-                },
-                Record::Realloc {
-                    ts,
-                    tid,
-                    old,
-                    new,
-                    size,
-                    stack,
-                    entry_ts,
-                } => Record::Realloc {
-                    ts: ts + copy * span,
-                    tid: *tid,
-                    old: if *old == 0 { 0 } else { old + (copy << 40) },
-                    new: if *new == 0 { 0 } else { new + (copy << 40) },
-                    size: *size,
-                    stack: *stack,
-                    entry_ts: entry_ts + copy * span,
-                },
-                // Stacks and mappings once; lifecycle records only in the first copy.
-                Record::Stack { .. } | Record::Mapping(_) if copy == 0 => record.clone(),
-                Record::Scope { .. } | Record::Session { .. } if copy == 0 => record.clone(),
-                _ => continue,
-            };
-            if matches!(
-                shifted,
+            let memory = matches!(
+                record,
                 Record::Alloc { .. } | Record::Free { .. } | Record::Realloc { .. }
-            ) {
+            );
+            let once = matches!(record, Record::Stack { .. } | Record::Mapping(_))
+                || (copies == Copies::Memory && !memory);
+            if (once && copy > 0) || matches!(record, Record::End { .. } | Record::Lost { .. }) {
+                continue;
+            }
+            writer.push(shifted(record, copy, copy * span))?;
+            if memory || copies == Copies::Whole {
                 written += 1;
             }
-            writer.push(shifted)?;
-            if written >= events {
+            if written >= count {
                 break;
             }
         }
@@ -100,13 +76,83 @@ fn replay(source: &Path, out: &Path, events: u64) -> Result<u64> {
     Ok(written)
 }
 
-pub(super) fn record_ts(record: &leakscope_recording::Record) -> Option<u64> {
+/// `record` of copy `copy`: its times `dt` later, its addresses in a range
+/// of their own.
+fn shifted(
+    record: &leakscope_recording::Record,
+    copy: u64,
+    dt: u64,
+) -> leakscope_recording::Record {
     use leakscope_recording::Record;
-    match record {
-        Record::Alloc { ts, .. } | Record::Free { ts, .. } | Record::Realloc { ts, .. } => {
-            Some(*ts)
-        }
-        _ => None,
+    let a = |addr: u64| if addr == 0 { 0 } else { addr + (copy << 40) };
+    match record.clone() {
+        Record::Alloc {
+            ts,
+            tid,
+            addr,
+            size,
+            stack,
+        } => Record::Alloc {
+            ts: ts + dt,
+            tid,
+            addr: a(addr),
+            size,
+            stack,
+        },
+        Record::Free { ts, tid, addr } => Record::Free {
+            ts: ts + dt,
+            tid,
+            addr: a(addr),
+        },
+        Record::Realloc {
+            ts,
+            tid,
+            old,
+            new,
+            size,
+            stack,
+            entry_ts,
+        } => Record::Realloc {
+            ts: ts + dt,
+            tid,
+            old: a(old),
+            new: a(new),
+            size,
+            stack,
+            entry_ts: entry_ts + dt,
+        },
+        Record::Scope {
+            ts,
+            tid,
+            kind,
+            phase,
+            arg,
+        } => Record::Scope {
+            ts: ts + dt,
+            tid,
+            kind,
+            phase,
+            arg: a(arg),
+        },
+        Record::Session { ts, tid, fact } => Record::Session {
+            ts: ts + dt,
+            tid,
+            fact,
+        },
+        Record::Task {
+            ts,
+            tid,
+            id,
+            event,
+            stack,
+        } => Record::Task {
+            ts: ts + dt,
+            tid,
+            id: a(id),
+            event,
+            stack,
+        },
+        other => other,
     }
 }
 
@@ -119,7 +165,7 @@ pub(super) fn replay_and_time(
     events: u64,
     scratch: &Path,
 ) -> Result<serde_json::Value> {
-    let made = replay(source, out, events)?;
+    let made = replay(source, out, events, Copies::Memory)?;
     let (seconds, peak_rss, live_blocks) = time_report(leakscope, out, scratch)?;
     Ok(serde_json::json!({
         "events": made,

@@ -121,3 +121,31 @@ fn steady_growth_is_a_candidate_and_a_step_is_not() {
     let mut step: Vec<(u64, u64)> = (0..20).map(|_| (5 * s, 100)).collect();
     assert_eq!(growth(&mut step, 1e9), (0.0, 0.0));
 }
+
+/// From samples, a rest of a sample or two is judged by what its stacks
+/// freed: one alive of 2400 allocated there (a cache of the newest 16) is
+/// bounded; five alive of five (a leak seen five times) is not yet anything.
+#[test]
+fn a_sampled_rest_of_few_samples_is_judged_by_what_its_stacks_freed() {
+    let base = Rest {
+        allocations: 1000,
+        sampled: true,
+        ..Rest::default()
+    };
+    let cache = Rest {
+        survivors: 1,
+        surviving_blocks: 16,
+        allocated_at_survivors: 2400,
+        early_bytes: 16_384,
+        ..base
+    };
+    assert!(cache.enough_survivors() && cache.settled());
+    let leak = Rest {
+        survivors: 5,
+        surviving_blocks: 2560,
+        allocated_at_survivors: 2560,
+        early_bytes: 5 << 20,
+        ..base
+    };
+    assert!(!leak.enough_survivors() && !leak.settled());
+}
