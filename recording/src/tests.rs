@@ -416,19 +416,7 @@ fn a_frame_past_the_cap_is_a_torn_tail() {
 #[test]
 fn a_version_7_header_reads_as_every_call() {
     let today = header();
-    // Versions 5 to 7 wrote today's fields up to `frame_pointers`, in order
-    // (postcard writes a struct as the tuple of its fields).
-    let v7 = (
-        today.producer,
-        today.producer_version.clone(),
-        today.pid,
-        today.exe.clone(),
-        today.build_id.clone(),
-        today.clock,
-        today.rmcp_version.clone(),
-        today.settings.clone(),
-        today.frame_pointers,
-    );
+    let v7 = fields_of_version_7(&today);
     let bytes = file_with_header(7, &v7);
     let reader = RecordingReader::new(&bytes[..], Path::new("v7.lsrec")).unwrap();
     assert_eq!(reader.format_version(), 7);
@@ -446,18 +434,9 @@ fn a_version_7_header_reads_as_every_call() {
 #[test]
 fn a_version_8_header_reads_as_one_file() {
     let today = header();
-    let v8 = (
-        today.producer,
-        today.producer_version.clone(),
-        today.pid,
-        today.exe.clone(),
-        today.build_id.clone(),
-        today.clock,
-        today.rmcp_version.clone(),
-        today.settings.clone(),
-        today.frame_pointers,
-        today.sampling,
-    );
+    // Version 8 added `sampling` after them (postcard writes a tuple of
+    // tuples as the flat sequence of their fields).
+    let v8 = (fields_of_version_7(&today), today.sampling);
     let bytes = file_with_header(8, &v8);
     let reader = RecordingReader::new(&bytes[..], Path::new("v8.lsrec")).unwrap();
     assert_eq!(reader.format_version(), 8);
@@ -468,6 +447,36 @@ fn a_version_8_header_reads_as_one_file() {
             ..today
         }
     );
+}
+
+/// Today's header fields that versions 5 to 7 wrote, up to
+/// `frame_pointers`, in order (postcard writes a struct as the tuple of its
+/// fields).
+#[allow(clippy::type_complexity)]
+fn fields_of_version_7(
+    today: &Header,
+) -> (
+    Producer,
+    String,
+    u32,
+    String,
+    Option<String>,
+    ClockOrigin,
+    Option<String>,
+    Settings,
+    FramePointers,
+) {
+    (
+        today.producer,
+        today.producer_version.clone(),
+        today.pid,
+        today.exe.clone(),
+        today.build_id.clone(),
+        today.clock,
+        today.rmcp_version.clone(),
+        today.settings.clone(),
+        today.frame_pointers,
+    )
 }
 
 /// The start of a file of format `version` whose header frame holds
