@@ -178,8 +178,13 @@ pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) 
         )
     } else if !rest.enough_survivors() {
         format!(
-            "{} samples of it are too few to tell a bounded rest from growth (a sampled recording needs {})",
+            "{} {} too few to tell a bounded rest from growth (a sampled recording needs {})",
             rest.survivors,
+            if rest.survivors == 1 {
+                "sample is"
+            } else {
+                "samples are"
+            },
             crate::stages::sites::MIN_BLOCKS
         )
     } else {

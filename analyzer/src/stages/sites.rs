@@ -196,6 +196,14 @@ pub const MAX_SURVIVING_SHARE: f64 = 0.1;
 /// a quarter of what was live then.
 pub const SETTLED_SLACK_BYTES: u64 = 4096;
 
+/// A sample stands for others when its block was recorded with a chance of
+/// a half or less. A larger block (a map's table past the sampling mean) is
+/// recorded nearly every time: it is the block itself, judged as in a
+/// recording of every call. CI found the difference: a cache's fix kept one
+/// 16.9 KiB table, allocated once at a one-off resize (weight 1.56), and read
+/// undecided as "1 sample too few".
+pub const STAND_IN_WEIGHT: f64 = 2.0;
+
 /// What survives of the allocations a recording saw, against what was live
 /// half-way through the target's activity: what tells a bounded rest (a
 /// cache filled at the first requests, or one that keeps its newest N
@@ -214,7 +222,7 @@ pub struct Rest {
     /// been made.
     pub live_at_half: u64,
     /// Blocks surviving (in-flight ones aside), and whether any of them is a
-    /// sample standing for others (a sampled recording's).
+    /// sample standing for others ([`STAND_IN_WEIGHT`]).
     pub survivors: u64,
     pub sampled: bool,
     /// In a sampled recording: the blocks the survivors stand for, and the
@@ -252,7 +260,7 @@ impl Rest {
                 continue;
             }
             rest.survivors += 1;
-            rest.sampled |= block.weight > 1.0;
+            rest.sampled |= block.weight >= STAND_IN_WEIGHT;
         }
         rest
     }
