@@ -4,12 +4,20 @@
 //! `rustup run nightly cargo build -Z build-std=core --target bpfel-unknown-none`
 //! and copies the object to `$OUT_DIR/leakscope-probe-ebpf`.
 //!
+//! With `--no-default-features` (the `ebpf` feature off) it builds nothing, and
+//! the probe builds on stable alone, to attach cooperatively.
+//!
 //! Prerequisites (`cargo xtask setup` installs them): `rustup component add
 //! rust-src --toolchain nightly` and `cargo install bpf-linker@0.10.0 --locked`.
 
 use anyhow::{Context, bail};
 
 fn main() -> anyhow::Result<()> {
+    // Without the `ebpf` feature there is nothing to build: the probe attaches
+    // only cooperatively (`lib.rs`'s `EBPF_OBJECT` is empty).
+    if std::env::var_os("CARGO_FEATURE_EBPF").is_none() {
+        return Ok(());
+    }
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
     let root_dir = std::path::Path::new(&manifest_dir).join("../probe-ebpf");
     let root_dir = root_dir.canonicalize().context("probe-ebpf/ is missing")?;

@@ -22,10 +22,16 @@ pub mod symbols;
 pub mod trampoline;
 
 /// The compiled eBPF object, built by `build.rs` from `probe-ebpf`.
+#[cfg(feature = "ebpf")]
 pub static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/leakscope-probe-ebpf"));
 
-#[cfg(test)]
+/// Built without the `ebpf` feature: no object, so an attach that needs the
+/// eBPF probe says so ([`loader::load`]); a cooperative attach works.
+#[cfg(not(feature = "ebpf"))]
+pub static EBPF_OBJECT: &[u8] = &[];
+
+#[cfg(all(test, feature = "ebpf"))]
 mod tests {
     use leakscope_probe_ebpf::program;
     use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};

@@ -60,6 +60,11 @@ fn refused_instruction(error: &aya::programs::ProgramError) -> bool {
 /// every program `plan` uses; nothing is attached yet. `sampling` tells the
 /// programs which calls to record (see `probe-ebpf`'s `bpf/sample.rs`).
 pub fn load(plan: &Plan, ring_bytes: u32, sampling: Sampling) -> Result<Loaded> {
+    if EBPF_OBJECT.is_empty() {
+        anyhow::bail!(
+            "this leakscope-probe was built without its eBPF probe (the `ebpf` cargo feature was off): it attaches only to a process that runs leakscope_inproc::Alloc (a cooperative attach); rebuild with default features, nightly and bpf-linker (`cargo xtask setup`) to probe any process"
+        );
+    }
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", ring_bytes)
         .load(EBPF_OBJECT)

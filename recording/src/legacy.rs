@@ -4,10 +4,10 @@
 use serde::Deserialize;
 
 use crate::event::{
-    AllocLayer, ClockOrigin, EndReason, Header, LostReason, Mapping, Phase, Producer, Record,
-    ScopeKind, SessionFact, Settings, StackId,
+    EndReason, LostReason, Mapping, Phase, Record, ScopeKind, SessionFact, StackId,
 };
 use crate::frame_pointers::FramePointers;
+use crate::header::{AllocLayer, ClockOrigin, Header, Producer, Settings};
 use crate::sampling::Sampling;
 
 /// A record of format version 1: as today's, but `Realloc` has no `entry_ts`.

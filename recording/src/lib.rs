@@ -26,6 +26,7 @@ mod demangle;
 mod event;
 pub mod frame_pointers;
 pub mod frames;
+mod header;
 mod legacy;
 pub mod output;
 pub mod preset;
@@ -37,11 +38,13 @@ mod writer;
 
 pub use demangle::demangle;
 pub use event::{
-    AllocLayer, ClockOrigin, EndReason, Header, Identity, LostReason, Mapping, Phase, Producer,
-    Record, ScopeFunction, ScopeKind, Segment, SessionFact, Settings, StackId, TaskEvent,
-    monotonic_ns,
+    EndReason, LostReason, Mapping, Phase, Record, ScopeKind, SessionFact, StackId, TaskEvent,
 };
 pub use frame_pointers::FramePointers;
+pub use header::{
+    AllocLayer, ClockOrigin, Header, Identity, Producer, ScopeFunction, Segment, Settings,
+    monotonic_ns,
+};
 pub use reader::{ReadError, RecordingReader, Tail, decode_budget};
 pub use writer::RecordingWriter;
 

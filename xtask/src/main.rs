@@ -7,6 +7,7 @@ mod build;
 mod demo;
 mod fuzz;
 mod preset_check;
+mod procs;
 mod setup;
 mod shell;
 mod soak;

@@ -45,7 +45,8 @@ const STABLE_ONLY: [&str; 2] = ["leakscope-analyzer", "leakscope-inproc"];
 
 /// Proves that [`STABLE_ONLY`] build with stable alone: neither depends on the
 /// probe or aya (`cargo tree`), and `cargo +stable build` of both succeeds with
-/// `bpf-linker` hidden from `PATH`.
+/// `bpf-linker` hidden from `PATH`; so does the probe without its `ebpf`
+/// feature (cooperative attach only).
 pub fn check_stable_only_crates() -> Result<()> {
     let mut tree = Command::new(shell::cargo_binary());
     tree.args(["tree", "--edges", "normal,build", "--prefix", "none"]);
@@ -77,20 +78,27 @@ pub fn check_stable_only_crates() -> Result<()> {
         .map(|dir| dir.join("rustup"))
         .find(|candidate| candidate.is_file())
         .context("rustup is not on PATH")?;
-    let mut build = Command::new(rustup);
-    build
-        .args(["run", "stable", "cargo", "build"])
-        .env("PATH", without_linker)
-        // rustup's proxies pick the toolchain from these; let `rustup run` decide.
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("CARGO")
-        .env_remove("RUSTC");
+    let mut build = Command::new(&rustup);
+    build.args(["run", "stable", "cargo", "build"]);
+    let mut probe = Command::new(&rustup);
+    probe.args(["run", "stable", "cargo", "build", "-p", "leakscope-probe"]);
+    probe.arg("--no-default-features");
+    for command in [&mut build, &mut probe] {
+        command
+            .env("PATH", &without_linker)
+            // rustup's proxies pick the toolchain from these; let `rustup run` decide.
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .env_remove("RUSTC");
+    }
     for package in STABLE_ONLY {
         build.args(["-p", package]);
     }
     run(&mut build)?;
+    // The probe for a cooperative attach alone (its `ebpf` feature off).
+    run(&mut probe)?;
     println!(
-        "{} build with stable and no bpf-linker",
+        "{} and leakscope-probe --no-default-features build with stable and no bpf-linker",
         STABLE_ONLY.join(" and ")
     );
     Ok(())

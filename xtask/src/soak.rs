@@ -80,15 +80,14 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         server.pid(),
         args.every
     );
-    let ticks = clock_ticks();
     let start = Instant::now();
     let mut samples = Vec::new();
     loop {
         let debug = server.debug_sessions()?;
         let sample = Sample {
             t_s: start.elapsed().as_secs_f64(),
-            probe_rss: rss_bytes(probe_pid),
-            probe_cpu_s: cpu_ticks(probe_pid) as f64 / ticks,
+            probe_rss: crate::procs::rss_bytes(probe_pid),
+            probe_cpu_s: crate::procs::cpu_seconds(probe_pid),
             server_heap: debug.heap_in_use_bytes,
             server_sessions: debug.sessions,
         };
@@ -134,34 +133,6 @@ fn probe_pid(pid: u32) -> u32 {
         .ok()
         .and_then(|c| c.split_whitespace().next()?.parse().ok())
         .unwrap_or(pid)
-}
-
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
-}
-
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // After the command: state is field 3, utime 14 and stime 15 (1-based).
-    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-    field(14).unwrap_or(0) + field(15).unwrap_or(0)
-}
-
-/// USER_HZ: Linux reports times in /proc in 1/100 s on every common platform.
-fn clock_ticks() -> f64 {
-    100.0
 }
 
 fn write_outputs(

@@ -29,6 +29,8 @@ pub struct Stacks {
     scope_functions: Vec<ScopeFunction>,
     /// Per stack and scope kind: does the stack pass through such a function.
     inside: HashMap<(StackId, ScopeKind), bool>,
+    /// Stacks cut at a frame outside every mapped executable ([`Stacks::add`]).
+    cut: u64,
 }
 
 impl Stacks {
@@ -42,6 +44,7 @@ impl Stacks {
             mappings: Vec::new(),
             scope_functions: Vec::new(),
             inside: HashMap::default(),
+            cut: 0,
         }
     }
 
@@ -88,9 +91,37 @@ impl Stacks {
         found
     }
 
-    /// A `Stack` record: return addresses, innermost first.
-    pub fn add(&mut self, id: StackId, frames: Vec<u64>) {
+    /// A `Stack` record: return addresses, innermost first. The stack stops at
+    /// its first frame outside every mapped executable: a frame-pointer walk
+    /// through code built without them reads data as return addresses, and
+    /// a report showed `make_cycle / 0x288 / 0x4274c085000000f0` as frames.
+    /// Without mappings (a recording that has none) it is kept whole.
+    pub fn add(&mut self, id: StackId, mut frames: Vec<u64>) {
+        if !self.mappings.is_empty()
+            && let Some(first_unmapped) = frames.iter().position(|&ip| !self.mapped(ip))
+        {
+            frames.truncate(first_unmapped);
+            self.cut += 1;
+        }
         self.raw.insert(id, frames);
+    }
+
+    /// Whether a return address `ip` (or the call just before it) is in a
+    /// mapped executable.
+    fn mapped(&self, ip: u64) -> bool {
+        self.mappings
+            .iter()
+            .any(|m| m.contains(ip) || m.contains(ip.saturating_sub(1)))
+    }
+
+    /// Stacks cut at a frame outside every mapped executable.
+    pub fn cut(&self) -> u64 {
+        self.cut
+    }
+
+    /// Stacks seen.
+    pub fn len(&self) -> usize {
+        self.raw.len()
     }
 
     /// The category of a block allocated under `stack` (`other` without one).
@@ -159,5 +190,34 @@ impl Stacks {
         self.rules
             .decide(frames.iter().map(|f| f.function.as_str()))
             .1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_stops_at_its_first_frame_outside_every_mapping() {
+        let mut stacks = Stacks::new(Rules::builtin());
+        stacks.add(1, vec![0x288, 0x1000]);
+        assert_eq!(
+            stacks.ips(Some(1)),
+            [0x288, 0x1000],
+            "no mappings: kept whole"
+        );
+        stacks.add_mapping(Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            file_offset: 0,
+            path: "/bin/server".into(),
+            build_id: None,
+        });
+        stacks.add(2, vec![0x1010, 0x1fff, 0x288, 0x1020, 0x4274c085000000f0]);
+        assert_eq!(stacks.ips(Some(2)), [0x1010, 0x1fff]);
+        // A return address just past a mapping's end: its call is inside.
+        stacks.add(3, vec![0x1010, 0x2000]);
+        assert_eq!(stacks.ips(Some(3)), [0x1010, 0x2000]);
+        assert_eq!((stacks.cut(), stacks.len()), (1, 3));
     }
 }

@@ -392,26 +392,7 @@ impl Builder {
         );
         let mut lost_by_reason: Vec<(LostReason, u64)> = self.lost.into_iter().collect();
         lost_by_reason.sort_by_key(|(r, _)| format!("{r:?}"));
-        let mut warnings = Vec::new();
-        if let Tail::Torn { offset, reason } = &tail {
-            warnings.push(format!(
-                "the recording is truncated at byte {offset} ({reason}); reporting its readable prefix"
-            ));
-        }
-        if header.frame_pointers == leakscope_recording::FramePointers::Omitted
-            && header.producer == leakscope_recording::Producer::Ebpf
-        {
-            warnings.push(format!(
-                "{} was built without frame pointers (read from its code): its stacks stop after a frame or two, so sites are named by the few frames there are; sessions, totals and the verdict do not need stacks. Rebuild with {} for full stacks",
-                header.exe,
-                leakscope_recording::frame_pointers::FIX
-            ));
-        }
-        for (file, why) in self.stacks.unmatched_files() {
-            warnings.push(format!(
-                "{file} is not the file the target ran ({why}): its frames stay addresses, so categories and sites that need them are unknown"
-            ));
-        }
+        let warnings = warnings::of(&header, &tail, &self.stacks);
         Timeline {
             header,
             tail,
@@ -444,6 +425,7 @@ impl Builder {
 }
 
 mod model;
+mod warnings;
 
 use model::missing_signals;
 pub use model::{Session, Task, Timeline};

@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::pairs::{BccMemleak, attach, attach_with, parse_bpf_stats, stop};
+use crate::procs::{cpu_seconds, descendant_named, tree_cpu_seconds};
 
 /// Who watches the server.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -383,72 +384,6 @@ impl Server {
         }
         Ok(())
     }
-}
-
-/// `root` itself or the first process under it whose `comm` is `name`.
-fn descendant_named(root: u32, name: &str) -> Option<u32> {
-    // The kernel keeps 15 bytes of a program's name (`fixture-server-`
-    // for `fixture-server-cooperative`).
-    let name = &name[..name.len().min(15)];
-    let comm = std::fs::read_to_string(format!("/proc/{root}/comm")).ok()?;
-    if comm.trim() == name {
-        return Some(root);
-    }
-    children(root)
-        .into_iter()
-        .find_map(|child| descendant_named(child, name))
-}
-
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
-/// User plus system CPU seconds of one process (all its threads).
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the parenthesized command: state is field 3, utime 14, stime 15.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
-        .sum();
-    ticks / clock_ticks_per_second()
-}
-
-/// CPU seconds of `root` and everything under it, except `skip`'s subtree.
-fn tree_cpu_seconds(root: u32, skip: u32) -> f64 {
-    if root == skip {
-        return 0.0;
-    }
-    cpu_seconds(root)
-        + children(root)
-            .into_iter()
-            .map(|child| tree_cpu_seconds(child, skip))
-            .sum::<f64>()
-}
-
-fn clock_ticks_per_second() -> f64 {
-    unsafe extern "C" {
-        fn sysconf(name: i32) -> i64;
-    }
-    const SC_CLK_TCK: i32 = 2;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { sysconf(SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
 }
 
 /// Events a recording says it dropped.

@@ -1,79 +1,16 @@
-//! The attach plan: which eBPF program goes on which function, at which offset.
-//!
-//! Allocations are probed where the process makes them, chosen here and written
-//! into the recording header with the reason:
-//! * **libc** (default): the target calls a libc `malloc` (Rust's default `System`
-//!   allocator does, through `__rdl_alloc`, and so does C code). Rust's allocation
-//!   passes through `__rust_alloc` *and* `malloc`; probing libc alone counts it once
-//!   and also sees C allocations.
-//! * **An allocator's C API and libc**: the `#[global_allocator]` is built on
-//!   jemalloc or mimalloc, linked into the binary ([`ALLOCATOR_APIS`]): their
-//!   C functions are probed, which every Rust allocation reaches, inlined
-//!   shims or not; libc's malloc family too, for the C code.
-//! * **Rust shims and libc**: the binary has its own `#[global_allocator]`
-//!   (jemalloc, mimalloc, a wrapper): its `__rust_alloc` does not go to std's
-//!   `__rdl_alloc` ([`rust_allocator`] reads the shim's code; rustc 1.95's
-//!   release builds emit no `__rg_alloc` to look for). Rust allocations never
-//!   reach libc then, so the shims (`__rustc::__rust_alloc` and friends, local
-//!   symbols) are probed, and libc's malloc family too for the C code. A
-//!   wrapper around `System` calls libc from inside a shim: the capture keeps
-//!   a thread's outermost call only, so each allocation counts once.
-//! * **A malloc replacement**: a library other than libc that defines `malloc`
-//!   (jemalloc, mimalloc, tcmalloc; `LD_PRELOAD`ed or linked) serves `malloc`
-//!   instead of libc, so its malloc family is the one probed.
-
-use std::path::PathBuf;
+//! Which allocator functions are probed: libc's malloc family, an
+//! allocator's C API, rustc's shims, or a malloc replacement (the module
+//! docs of [`super`] say when each).
 
 use anyhow::{Result, bail};
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
-use leakscope_probe_ebpf::{program, scope_cookie};
-use leakscope_recording::preset::Preset;
+use leakscope_probe_ebpf::program;
+use leakscope_recording::AllocLayer;
 use leakscope_recording::target::Target;
-use leakscope_recording::{AllocLayer, ScopeFunction, ScopeKind};
 
-use crate::attach_offset::{entry_probe_offset, later_entry_offsets};
+use super::{Probe, later_offsets, probe};
+use crate::attach_offset::entry_probe_offset;
 use crate::symbols::{ElfSymbols, Function};
-
-/// One uprobe or uretprobe to attach.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    /// Name of the eBPF program (one of `leakscope_probe_ebpf::program`).
-    pub program: &'static str,
-    /// The file to attach to: a path that names exactly the file planned on
-    /// (`/proc/PID/map_files/...`, or `/proc/self/fd/N` while `file` is open).
-    pub path: PathBuf,
-    /// The file as the target names it, for messages.
-    pub file_name: String,
-    /// Keeps the file open while the probe may be attached, so `path` keeps
-    /// naming it.
-    pub file: Option<std::sync::Arc<leakscope_recording::target::TargetFile>>,
-    /// File offset of the probed instruction.
-    pub file_offset: u64,
-    /// For scope probes: the uprobe cookie ([`scope_cookie`]: the
-    /// [`ScopeKind`], and whether the function has a return probe).
-    pub cookie: Option<u64>,
-    /// Demangled function name, for messages.
-    pub function: String,
-    /// Where else the probe may go, in order, if the kernel cannot probe the
-    /// instruction at `file_offset`: later places that still see the
-    /// arguments (entry-only probes; see [`later_entry_offsets`]).
-    pub fallback_offsets: Vec<u64>,
-}
-
-pub struct Plan {
-    pub layer: AllocLayer,
-    pub layer_reason: String,
-    /// The allocator functions probed, as "function (file)", for messages
-    /// (what to name when nothing goes through them).
-    pub allocator_functions: Vec<String>,
-    pub probes: Vec<Probe>,
-    /// "kind: function" for each probed lifecycle function.
-    pub scopes: Vec<String>,
-    /// Scope kinds the preset names that matched no function of the target.
-    pub missing_scopes: Vec<ScopeKind>,
-    /// Every probed lifecycle function and where its code is.
-    pub scope_functions: Vec<ScopeFunction>,
-}
 
 /// (entry program, return program or "" for none, function name)
 type AllocHook = (&'static str, &'static str, &'static str);
@@ -393,28 +330,16 @@ fn allocator_probes(
     Ok(())
 }
 
-/// Replaces every program with a no-op at the same place and drops scope probes:
-/// what a uprobe costs before our code runs (the benchmark's floor).
-pub fn bare(mut plan: Plan) -> Plan {
-    plan.probes.retain(|p| p.cookie.is_none());
-    for probe in &mut plan.probes {
-        probe.program = if probe.program.ends_with(program::EXIT_SUFFIX) {
-            program::NOOP_EXIT
-        } else {
-            program::NOOP_ENTER
-        };
-    }
-    plan.scopes.clear();
-    plan.missing_scopes.clear();
-    plan.scope_functions.clear();
-    plan
-}
-
-pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<Plan> {
+/// Plans the allocator's probes into `probes` (their functions into
+/// `names`): which layer, and why.
+pub(super) fn layer_probes(
+    target: &Target,
+    exe: &ElfSymbols,
+    probes: &mut Vec<Probe>,
+    names: &mut Vec<String>,
+) -> Result<(AllocLayer, String)> {
     let rust = rust_allocator(exe);
     let malloc = malloc_layer(target, exe)?;
-    let mut probes = Vec::new();
-    let mut allocator_functions = Vec::new();
     let probe_malloc = |malloc: &MallocLayer, probes: &mut Vec<Probe>, names: &mut Vec<String>| {
         allocator_probes(
             LIBC_HOOKS,
@@ -425,10 +350,10 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
         )
     };
     let api = allocator_api(exe);
-    let (layer, layer_reason) = match (rust, &malloc) {
+    Ok(match (rust, &malloc) {
         (RustAllocator::Own, Some(malloc)) if let Some(api) = api => {
-            allocator_probes(api.hooks, exe, false, &mut probes, &mut allocator_functions)?;
-            probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
+            allocator_probes(api.hooks, exe, false, probes, names)?;
+            probe_malloc(malloc, probes, names)?;
             (
                 AllocLayer::AllocatorApiAndLibc,
                 format!(
@@ -438,8 +363,8 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             )
         }
         (RustAllocator::Own, Some(malloc)) => {
-            allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
-            probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
+            allocator_probes(RUST_HOOKS, exe, true, probes, names)?;
+            probe_malloc(malloc, probes, names)?;
             (
                 AllocLayer::RustShimsAndLibc,
                 format!(
@@ -449,14 +374,14 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             )
         }
         (RustAllocator::Own, None) => {
-            allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
+            allocator_probes(RUST_HOOKS, exe, true, probes, names)?;
             (
                 AllocLayer::RustShims,
                 "the binary has its own #[global_allocator] and no malloc is mapped; the Rust allocator shims are probed".into(),
             )
         }
         (_, Some(malloc)) => {
-            probe_malloc(malloc, &mut probes, &mut allocator_functions)?;
+            probe_malloc(malloc, probes, names)?;
             let rust_note = if rust == RustAllocator::System {
                 "; Rust allocations reach it through std's System allocator (no #[global_allocator] of the binary's own), so probing it counts each allocation once, C ones included"
             } else {
@@ -468,7 +393,7 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             )
         }
         (RustAllocator::System, None) => {
-            allocator_probes(RUST_HOOKS, exe, true, &mut probes, &mut allocator_functions)?;
+            allocator_probes(RUST_HOOKS, exe, true, probes, names)?;
             (
                 AllocLayer::RustShims,
                 "no malloc is mapped; the Rust allocator shims are probed".into(),
@@ -478,207 +403,5 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
             "pid {}: found no allocator to probe: no libc or malloc replacement is mapped, the executable defines no malloc, and it has no Rust allocator shims (__rust_alloc under any spelling; a stripped static binary has none)",
             target.pid
         ),
-    };
-    let mut scopes = Vec::new();
-    let mut scope_functions = Vec::new();
-    let mut matches = scope_matches(exe, preset);
-    let missing_scopes = missing_scopes(&matches);
-    // tokio's task polls, in every target whatever its preset (a preset that
-    // names them itself is not probed twice).
-    if !preset.scopes.iter().any(|rule| rule.kind.is_task()) {
-        matches.extend(scope_matches(exe, &Preset::tokio()));
-    }
-    for found in &matches {
-        for function in &found.functions {
-            let cookie = Some(scope_cookie(
-                found.kind as u32,
-                found.returns,
-                u32::from(found.arg),
-            ));
-            let entry_offset = if found.returns {
-                0
-            } else {
-                entry_probe_offset(exe.code(function, 64), false)
-            };
-            let mut entry = probe(program::SCOPE_ENTER, exe, function, entry_offset, cookie);
-            if !found.returns {
-                entry.fallback_offsets = later_offsets(exe, function, entry_offset);
-            }
-            probes.push(entry);
-            if found.returns {
-                probes.push(probe(program::SCOPE_EXIT, exe, function, 0, cookie));
-            }
-            scopes.push(format!("{}: {}", found.kind.name(), function.name));
-            scope_functions.push(ScopeFunction {
-                kind: found.kind,
-                path: target.exe.clone(),
-                file_offset: function.file_offset,
-                size: function.size,
-                returns: found.returns,
-            });
-        }
-    }
-    order_for_attach(&mut probes);
-    Ok(Plan {
-        layer,
-        layer_reason,
-        allocator_functions,
-        probes,
-        scopes,
-        missing_scopes,
-        scope_functions,
     })
-}
-
-/// The order probes are attached in (and detached in, the other way round),
-/// so that a recording's edges make neither false leaks nor false losses.
-/// Frees first: a block allocated under an allocation probe but freed before
-/// `free` was probed would stay live forever (a false leak), while a free of a
-/// block allocated before attach is simply unknown, which the analyzer
-/// ignores. Returns next: a return whose entry was not seen is ignored, but an
-/// entry whose return probe was not yet in place would count as an allocation
-/// lost. Entries last. Detaching in reverse, the entries go first, so a call in
-/// progress still returns through its probe, and frees last.
-fn order_for_attach(probes: &mut [Probe]) {
-    probes.sort_by_key(|p| {
-        if p.program == program::FREE_ENTER || p.program == program::RUST_DEALLOC_ENTER {
-            0
-        } else if p.program.ends_with(program::EXIT_SUFFIX) {
-            1
-        } else {
-            2
-        }
-    });
-}
-
-/// The functions of the executable that one scope rule of a preset matches.
-#[derive(Debug)]
-pub struct ScopeMatch<'a> {
-    pub kind: ScopeKind,
-    pub returns: bool,
-    /// Which argument the entry sends.
-    pub arg: u8,
-    /// One per address, whichever of the rule's patterns matched it.
-    pub functions: Vec<&'a Function>,
-}
-
-/// What each scope rule of `preset` matches in `exe` (what `attach` would probe).
-pub fn scope_matches<'a>(exe: &'a ElfSymbols, preset: &Preset) -> Vec<ScopeMatch<'a>> {
-    preset
-        .scopes
-        .iter()
-        .map(|rule| {
-            let mut functions: Vec<&Function> = rule
-                .patterns
-                .iter()
-                .flat_map(|pattern| exe.matching(pattern))
-                .collect();
-            functions.sort_by_key(|f| f.vaddr);
-            functions.dedup_by_key(|f| f.vaddr);
-            ScopeMatch {
-                kind: rule.kind,
-                returns: rule.returns,
-                arg: rule.arg,
-                functions,
-            }
-        })
-        .collect()
-}
-
-/// Scope kinds the preset names that matched nothing (a kind named by several
-/// rules is missing only when none of them matched).
-pub fn missing_scopes(matches: &[ScopeMatch<'_>]) -> Vec<ScopeKind> {
-    let mut missing: Vec<ScopeKind> = Vec::new();
-    for found in matches {
-        let matched = matches
-            .iter()
-            .any(|m| m.kind == found.kind && !m.functions.is_empty());
-        if !matched && !missing.contains(&found.kind) {
-            missing.push(found.kind);
-        }
-    }
-    missing
-}
-
-/// [`later_entry_offsets`] of `function`, as file offsets.
-fn later_offsets(symbols: &ElfSymbols, function: &Function, from: u64) -> Vec<u64> {
-    later_entry_offsets(symbols.code(function, 64), from)
-        .into_iter()
-        .map(|offset| function.file_offset + offset)
-        .collect()
-}
-
-fn probe(
-    program: &'static str,
-    symbols: &ElfSymbols,
-    function: &Function,
-    offset: u64,
-    cookie: Option<u64>,
-) -> Probe {
-    Probe {
-        program,
-        path: symbols.path.clone(),
-        file_name: symbols.name.clone(),
-        file: symbols.file.clone(),
-        file_offset: function.file_offset + offset,
-        cookie,
-        function: function.name.clone(),
-        fallback_offsets: Vec::new(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_scope_cookie_carries_its_kind_and_whether_it_returns() {
-        for kind in ScopeKind::ALL {
-            for returns in [false, true] {
-                for arg in [0, 1, 5] {
-                    let cookie = scope_cookie(kind as u32, returns, arg) as u32;
-                    let (index, back) = leakscope_probe_ebpf::split_scope(cookie);
-                    assert_eq!(ScopeKind::from_cookie(index), Some(kind));
-                    assert_eq!(back, returns);
-                    assert_eq!(leakscope_probe_ebpf::scope_arg(cookie), arg);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn frees_then_returns_then_entries_are_attached() {
-        let at = |program| Probe {
-            program,
-            path: PathBuf::from("/lib/libc.so.6"),
-            file_name: "/lib/libc.so.6".into(),
-            file: None,
-            file_offset: 0,
-            cookie: None,
-            function: String::new(),
-            fallback_offsets: Vec::new(),
-        };
-        let mut probes = vec![
-            at(program::MALLOC_ENTER),
-            at(program::SCOPE_EXIT),
-            at(program::MALLOC_EXIT),
-            at(program::FREE_ENTER),
-            at(program::REALLOC_ENTER),
-            at(program::SCOPE_ENTER),
-        ];
-        order_for_attach(&mut probes);
-        let order: Vec<&str> = probes.iter().map(|p| p.program).collect();
-        assert_eq!(
-            order,
-            [
-                program::FREE_ENTER,
-                program::SCOPE_EXIT,
-                program::MALLOC_EXIT,
-                program::MALLOC_ENTER,
-                program::REALLOC_ENTER,
-                program::SCOPE_ENTER
-            ],
-            "each kind keeps its order"
-        );
-    }
 }

@@ -1,0 +1,93 @@
+//! What the verdict reads: plain figures taken from the summary and the
+//! timeline, so that each rule can be tested on a case built by hand
+//! (`tests.rs`), as inferno's renderers take plain data.
+
+use leakscope_recording::sampling::Sampling;
+
+use crate::outputs::summary::schema::{ObjectKind, SpawnSite, States, Summary};
+use crate::stages::sites::{Rest, Site};
+use crate::stages::timeline::{SessionState, Timeline};
+
+/// Everything a verdict rests on.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence<'a> {
+    pub allocs: u64,
+    pub frees: u64,
+    pub lost: u64,
+    /// Which allocator layer was probed, and why (said when nothing was recorded).
+    pub alloc_layer_reason: &'a str,
+    /// The call sites still holding memory at the end.
+    pub sites: &'a [Site],
+    /// What survives of the recording's own allocations, and whether it is bounded.
+    pub rest: Rest,
+    pub sampling: Sampling,
+    pub duration_s: f64,
+    /// A spawn site whose tasks pile up parked, none ending.
+    pub parked: Option<&'a SpawnSite>,
+    pub sessions: SessionFigures,
+    /// Lifecycle signals the recording lacks (the preset's functions not found).
+    pub missing_signals: &'a [String],
+    /// The rmcp release the target was built with, when known.
+    pub rmcp_version: Option<&'a str>,
+}
+
+/// The sessions' figures a verdict quotes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SessionFigures {
+    pub count: u64,
+    pub states: States,
+    pub worker_ended: u64,
+    /// p50 of what a leaked session retains.
+    pub retained_p50: u64,
+    /// p50 of a live session's idle time, and of what it holds.
+    pub live_idle_p50_s: f64,
+    pub live_bytes_p50: u64,
+    /// Live sessions whose worker was polled at most once (when it started):
+    /// their client never sent `initialize`.
+    pub uninitialized: u64,
+    /// The category retaining the most of the sessions' memory, and its share
+    /// (0 to 1) of all that is retained.
+    pub top_category: &'static str,
+    pub top_category_share: f64,
+}
+
+impl<'a> Evidence<'a> {
+    pub fn of(summary: &'a Summary, timeline: &'a Timeline) -> Self {
+        let total_retained: u64 = summary.categories.iter().map(|c| c.retained_bytes).sum();
+        let top = summary.categories.iter().max_by_key(|c| c.retained_bytes);
+        let s = &summary.sessions;
+        Evidence {
+            allocs: summary.events.alloc,
+            frees: summary.events.free,
+            lost: summary.events.lost,
+            alloc_layer_reason: &timeline.header.settings.alloc_layer_reason,
+            sites: &timeline.sites,
+            rest: timeline.rest,
+            sampling: timeline.header.sampling,
+            duration_s: timeline.duration_s(),
+            parked: summary
+                .objects
+                .get(&ObjectKind::Task)
+                .and_then(|tasks| tasks.spawn_sites.iter().find(|site| site.leak)),
+            sessions: SessionFigures {
+                count: s.count,
+                states: s.states,
+                worker_ended: s.worker_ended,
+                retained_p50: s.retained_bytes.p50,
+                live_idle_p50_s: s.live_idle_s.p50,
+                live_bytes_p50: s.live_bytes.p50,
+                uninitialized: timeline
+                    .sessions
+                    .iter()
+                    .filter(|s| s.state == SessionState::Live && s.polls <= 1)
+                    .count() as u64,
+                top_category: top.map_or("", |c| c.name),
+                top_category_share: top.map_or(0.0, |c| {
+                    c.retained_bytes as f64 / total_retained.max(1) as f64
+                }),
+            },
+            missing_signals: &summary.missing_signals,
+            rmcp_version: timeline.header.rmcp_version.as_deref(),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! What the report warns of before its figures: a torn recording, stacks cut
+//! short by a build without frame pointers, a mapped file that is not the one
+//! the target ran.
+
+use leakscope_recording::{Header, Tail};
+
+use crate::stages::stacks::Stacks;
+
+pub(super) fn of(header: &Header, tail: &Tail, stacks: &Stacks) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Tail::Torn { offset, reason } = &tail {
+        warnings.push(format!(
+            "the recording is truncated at byte {offset} ({reason}); reporting its readable prefix"
+        ));
+    }
+    if header.frame_pointers == leakscope_recording::FramePointers::Omitted
+        && header.producer == leakscope_recording::Producer::Ebpf
+    {
+        warnings.push(format!(
+            "{} was built without frame pointers (read from its code): its stacks stop after a frame or two, so sites are named by the few frames there are; sessions, totals and the verdict do not need stacks. Rebuild with {} for full stacks",
+            header.exe,
+            leakscope_recording::frame_pointers::FIX
+        ));
+    }
+    if stacks.cut() > 0 {
+        warnings.push(format!(
+            "{} of {} stacks stop at a frame outside every mapped executable (a frame-pointer walk through code built without frame pointers reads data as return addresses): they are cut there, so their outer frames are missing",
+            stacks.cut(),
+            stacks.len()
+        ));
+    }
+    for (file, why) in stacks.unmatched_files() {
+        warnings.push(format!(
+            "{file} is not the file the target ran ({why}): its frames stay addresses, so categories and sites that need them are unknown"
+        ));
+    }
+    warnings
+}

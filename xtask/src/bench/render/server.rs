@@ -1,0 +1,318 @@
+//! The server-under-load section and its chart.
+
+use serde_json::Value;
+
+/// The server-under-load section: one table per load.
+pub(super) fn section(md: &mut String, server: &Value) {
+    use crate::bench::server::{ServerTool, load_key, loads_of};
+    use std::fmt::Write as _;
+    if server.is_null() {
+        return;
+    }
+    let loads = loads_of(server);
+    let rates: Vec<String> = loads.iter().flatten().map(|r| format!("{r:.0}")).collect();
+    let rates = match rates.as_slice() {
+        [] => String::new(),
+        [one] => format!("{one} sessions/s, "),
+        [init @ .., last] => format!("{} and {last} sessions/s, ", init.join(", ")),
+    };
+    let _ = writeln!(
+        md,
+        "## The server under load\n\n`{}` driven by `churn` (each session: `initialize`, \
+         `notifications/initialized`, one `tools/call`, then abandoned) for {} s at each load: \
+         {rates}then as fast as it goes; at most {} sessions in flight. One server per \
+         tool; the loads run on it in that order. Latency is per request, to the end of its \
+         reply. Server CPU includes the probes' eBPF programs, which run in the server's \
+         context; tool CPU is the tool's own processes (the probe, bcc's python, heaptrack's \
+         interpreter).\n",
+        server["server"].as_str().unwrap_or("fixture-server"),
+        server["seconds_per_load"],
+        server["saturation_concurrency"],
+    );
+    let _ = writeln!(
+        md,
+        "![median latency by sessions/s, to saturation](images/bench-server.svg)\n"
+    );
+    let tools = &server["tools"];
+    let base = |load: &str| tools["unprobed"]["loads"][load]["sessions_per_s"].as_f64();
+    for load in loads {
+        let key = load_key(load);
+        let _ = writeln!(
+            md,
+            "### {}\n\n| tool | sessions/s | vs nothing attached | p50 ms | p99 ms | server CPU ms per session | tool CPU s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            match load {
+                Some(rate) => format!("{rate:.0} sessions/s"),
+                None => "Saturation".into(),
+            }
+        );
+        for tool in ServerTool::ALL {
+            let t = &tools[tool.key()];
+            if let Some(why) = t["skipped"].as_str() {
+                let _ = writeln!(md, "| {} | skipped: {why} | | | | | |", tool.label());
+                continue;
+            }
+            let row = &t["loads"][key.as_str()];
+            let rate = row["sessions_per_s"].as_f64().unwrap_or(f64::NAN);
+            let _ = writeln!(
+                md,
+                "| {} | {rate:.1} | {} | {:.2} | {:.2} | {:.2} | {} |",
+                tool.label(),
+                base(&key).map_or("-".into(), |b| format!("{:.2}x", rate / b)),
+                row["latency_p50_ms"].as_f64().unwrap_or(f64::NAN),
+                row["latency_p99_ms"].as_f64().unwrap_or(f64::NAN),
+                row["server_cpu_ms_per_session"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                row["tool_cpu_s"]
+                    .as_f64()
+                    .map_or("-".into(), |s| format!("{s:.2}")),
+            );
+        }
+        let _ = writeln!(md);
+    }
+    let lost: Vec<String> = ServerTool::ALL
+        .iter()
+        .filter_map(|tool| {
+            tools[tool.key()]["lost_events"]
+                .as_u64()
+                .map(|n| format!("{}: {n}", tool.label()))
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "Events lost over the whole run (from each recording; bcc memleak and heaptrack do not \
+         report theirs): {}. The goal at 10 sessions/s is at least 0.9x the throughput with \
+         nothing attached.\n",
+        if lost.is_empty() {
+            "-".into()
+        } else {
+            lost.join(", ")
+        }
+    );
+}
+
+/// The server section's curve, as SVG: median request latency against the
+/// sessions/s each tool reached, one line per tool through its load points up
+/// to saturation (where a line turns up, the server is out of breath). `None`
+/// without a server section. Hand-written like [`bar_chart`].
+pub(crate) fn server_chart(server: &Value) -> Option<String> {
+    use crate::bench::server::{ServerTool, load_key, loads_of};
+    use std::fmt::Write as _;
+    let tools = server.get("tools")?;
+    let loads = loads_of(server);
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = ServerTool::ALL
+        .iter()
+        .filter_map(|tool| {
+            let rows = &tools[tool.key()]["loads"];
+            let points: Vec<(f64, f64)> = loads
+                .iter()
+                .filter_map(|&load| {
+                    let row = &rows[load_key(load).as_str()];
+                    Some((
+                        row["sessions_per_s"].as_f64()?,
+                        row["latency_p50_ms"].as_f64()?,
+                    ))
+                })
+                .collect();
+            (!points.is_empty()).then_some((tool.key(), points))
+        })
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let points = || lines.iter().flat_map(|(_, p)| p.iter());
+    let max_x = nice_ceiling(points().map(|p| p.0).fold(1.0, f64::max));
+    // Latency on a log scale: a tool's start-up (heaptrack's, in a short run)
+    // can put one point tens of times above the rest.
+    let decade = |v: f64| v.max(0.01).log10();
+    let low_y = points()
+        .map(|p| decade(p.1))
+        .fold(f64::MAX, f64::min)
+        .floor();
+    let high_y = points()
+        .map(|p| decade(p.1))
+        .fold(f64::MIN, f64::max)
+        .ceil()
+        .max(low_y + 1.0);
+    let (width, height, left, right, top, bottom) = (760.0, 420.0, 70.0, 190.0, 40.0, 50.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let x = |v: f64| left + plot_w * v / max_x;
+    let y = |v: f64| top + plot_h * (1.0 - (decade(v) - low_y) / (high_y - low_y));
+    let mut svg = crate::svg::open(
+        width,
+        height,
+        "fixture-server under churn: median request latency by sessions/s reached",
+    );
+    for i in 0..=4 {
+        let vx = max_x * i as f64 / 4.0;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{vx}</text>"#,
+            x(vx),
+            top + plot_h + 18.0,
+        );
+    }
+    for power in low_y as i32..=high_y as i32 {
+        for mantissa in [1.0, 2.0, 5.0] {
+            let vy = mantissa * 10f64.powi(power);
+            if decade(vy) > high_y + 1e-9 {
+                break;
+            }
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{left}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="{}"/><text x="{}" y="{:.1}" text-anchor="end">{vy}</text>"##,
+                left + plot_w,
+                if mantissa == 1.0 { "#bbb" } else { "#eee" },
+                left - 6.0,
+                y(vy) + 4.0,
+                py = y(vy),
+            );
+        }
+    }
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{b}" stroke="#333"/><line x1="{left}" y1="{b}" x2="{r}" y2="{b}" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">sessions/s reached</text><text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">p50 ms (log scale)</text>"##,
+        left + plot_w / 2.0,
+        height - 10.0,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
+        b = top + plot_h,
+        r = left + plot_w,
+    );
+    const COLORS: [&str; 8] = [
+        "#7f7f7f", "#d62728", "#e377c2", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+    ];
+    for (i, (name, points)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let path: Vec<String> = points
+            .iter()
+            .map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+            path.join(" ")
+        );
+        for &(px, py) in points {
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#,
+                x(px),
+                y(py)
+            );
+        }
+        let ly = top + 10.0 + 22.0 * i as f64;
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#,
+            left + plot_w + 16.0,
+            left + plot_w + 40.0,
+            left + plot_w + 46.0,
+            ly + 4.0
+        );
+    }
+    svg.push_str("</svg>\n");
+    Some(svg)
+}
+
+/// The smallest of 1, 2 or 5 times a power of ten, times four, that is at
+/// least `v`: an axis end whose quarters are round numbers.
+fn nice_ceiling(v: f64) -> f64 {
+    let quarter = v / 4.0;
+    let power = 10f64.powf(quarter.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&s| s >= quarter)
+        .unwrap_or(10.0 * power);
+    step * 4.0
+}
+
+/// Where the probe's time goes on the server (see `server::server_programs`).
+pub(super) fn programs_section(md: &mut String, p: &Value) {
+    use std::fmt::Write as _;
+    if p.is_null() {
+        return;
+    }
+    let _ = writeln!(md, "### Where the probe's time goes on the server\n");
+    if let Some(why) = p["skipped"].as_str() {
+        let _ = writeln!(md, "Not measured in this run: {why}.\n");
+        return;
+    }
+    let cpu = &p["server_cpu_ms_per_session"];
+    let ms = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        md,
+        "Three more servers at {:.0} sessions/s for {} s each: server CPU per session {:.2} ms with \
+         nothing attached, {:.2} ms with no-op programs at the probe's attach points (the uprobe \
+         traps alone: `leakscope-probe attach --pid PID --bare`), {:.2} ms with the probe \
+         (`leakscope-probe attach --pid PID --bpf-stats`). On this server the probe costs \
+         **{:.2}x the floor**: a real server's allocations are made deep in async code, so each \
+         stack walk copies more of the stack than in the pairs above. Per program, the \
+         kernel's own timing:\n",
+        p["rate"].as_f64().unwrap_or(f64::NAN),
+        p["seconds"],
+        ms("unprobed"),
+        ms("floor"),
+        ms("leakscope"),
+        p["leakscope_vs_floor"].as_f64().unwrap_or(f64::NAN),
+    );
+    let _ = writeln!(
+        md,
+        "| program | runs per session | ns per run | us per session |\n| --- | ---: | ---: | ---: |"
+    );
+    let mut rows: Vec<&Value> = p["programs"].as_array().into_iter().flatten().collect();
+    rows.sort_by(|a, b| {
+        let us = |v: &Value| v["us_per_session"].as_f64().unwrap_or(0.0);
+        us(b).total_cmp(&us(a))
+    });
+    for row in rows {
+        let _ = writeln!(
+            md,
+            "| `{}` | {:.1} | {:.0} | {:.1} |",
+            row["program"].as_str().unwrap_or("?"),
+            row["runs_per_session"].as_f64().unwrap_or(0.0),
+            row["ns_per_run"].as_f64().unwrap_or(0.0),
+            row["us_per_session"].as_f64().unwrap_or(0.0),
+        );
+    }
+    let _ = writeln!(md);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_ends_are_round_and_cover_the_data() {
+        assert_eq!(nice_ceiling(357.0), 400.0);
+        assert_eq!(nice_ceiling(4.51), 8.0);
+        assert_eq!(nice_ceiling(0.9), 1.0);
+        for v in [0.07, 1.0, 3.3, 99.6, 1234.0] {
+            assert!(nice_ceiling(v) >= v, "{v}");
+        }
+    }
+
+    #[test]
+    fn server_chart_draws_one_line_per_tool_inside_the_plot() {
+        let row = |rate: f64, p50: f64| serde_json::json!({ "sessions_per_s": rate, "latency_p50_ms": p50 });
+        let server = serde_json::json!({ "tools": {
+            "unprobed": { "loads": { "10_per_s": row(10.0, 1.0), "100_per_s": row(99.0, 0.9), "saturation": row(357.0, 0.7) } },
+            "leakscope": { "loads": { "10_per_s": row(10.0, 1.8), "saturation": row(336.0, 1.9) } },
+            "bcc_memleak": { "skipped": "no bcc" },
+        }});
+        let svg = server_chart(&server).unwrap();
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(svg.matches("<circle").count(), 5);
+        for circle in svg.split("<circle").skip(1) {
+            let attr = |name: &str| -> f64 {
+                let rest = &circle[circle.find(&format!("{name}=\"")).unwrap() + name.len() + 2..];
+                rest[..rest.find('"').unwrap()].parse().unwrap()
+            };
+            assert!((70.0..=570.0).contains(&attr("cx")), "{circle}");
+            assert!((40.0..=370.0).contains(&attr("cy")), "{circle}");
+        }
+        assert!(server_chart(&serde_json::Value::Null).is_none());
+    }
+}
