@@ -136,7 +136,8 @@ mod tests {
             "ftbl":["[root]","0x1: tokio::sync::mpsc::bounded::channel (b.rs:1:1)",
                     "0x2: rmcp::transport::streamable_http_server::session::local::create_local_session_with_event_store (l.rs:1:1)",
                     "0x3: main (m.rs:1:1)"]}"#;
-        let path = leakscope_fixtures::testkit::scratch("dhat.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dhat.json");
         std::fs::write(&path, json).unwrap();
         let attribution = attribute_profile(&path, &Rules::builtin()).unwrap();
         assert_eq!(attribution.t_end_bytes, 12640);

@@ -233,7 +233,8 @@ mod tests {
     fn redacted_reports_name_no_path() {
         let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fixtures/recordings/leaky-5-sessions.lsrec");
-        let out_dir = leakscope_fixtures::testkit::scratch("leakscope-redacted");
+        let temp = tempfile::tempdir().unwrap();
+        let out_dir = temp.path().join("leakscope-redacted");
         report(
             &recording,
             &ReportOptions {
@@ -283,7 +284,8 @@ mod tests {
     fn report_writes_every_output() {
         let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fixtures/recordings/leaky-5-sessions.lsrec");
-        let out_dir = leakscope_fixtures::testkit::scratch("leakscope-report-unit");
+        let temp = tempfile::tempdir().unwrap();
+        let out_dir = temp.path().join("leakscope-report-unit");
         let summary = report(
             &recording,
             &ReportOptions {

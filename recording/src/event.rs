@@ -264,6 +264,22 @@ impl Record {
         }
     }
 
+    /// Its time, to change in place: the records [`ts`](Self::ts) gives one.
+    pub fn ts_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            Record::Alloc { ts, .. }
+            | Record::Free { ts, .. }
+            | Record::Realloc { ts, .. }
+            | Record::Scope { ts, .. }
+            | Record::Session { ts, .. }
+            | Record::Lost { ts, .. }
+            | Record::End { ts, .. }
+            | Record::TraceOrigin { ts }
+            | Record::Task { ts, .. } => Some(ts),
+            Record::Stack { .. } | Record::Mapping(_) => None,
+        }
+    }
+
     /// The stack it names, for a reader that renumbers stacks (segments read
     /// as one, a recording replayed).
     pub fn stack_mut(&mut self) -> Option<&mut Option<StackId>> {

@@ -34,6 +34,7 @@ mod reader;
 pub mod sampling;
 pub mod segments;
 pub mod target;
+mod timestamps;
 mod writer;
 
 pub use demangle::demangle;
@@ -73,7 +74,10 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 9: [`Header::segment`] (a recording written in segments, see
 ///   [`segments`]) and `EndReason::Rotated` (appended). Version 8 reads as a
 ///   recording of one file.
-pub const FORMAT_VERSION: u32 = 9;
+/// * 10: a records frame writes each time as the difference from the record
+///   before it (see `timestamps`); a sampled recording's frames are cut once
+///   a second and compressed harder. Version 9 reads as is.
+pub const FORMAT_VERSION: u32 = 10;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

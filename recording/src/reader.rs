@@ -194,7 +194,10 @@ impl<R: Read> RecordingReader<R> {
                 &mut self.unzip,
                 decode_budget(self.offset),
             ) {
-                Ok(records) => {
+                Ok(mut records) => {
+                    if self.version >= 10 {
+                        crate::timestamps::decode(&mut records);
+                    }
                     self.batch = records.into_iter();
                     true
                 }

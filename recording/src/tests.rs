@@ -494,3 +494,25 @@ fn push_frame(payload: &[u8], bytes: &mut Vec<u8>) {
     bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
     bytes.extend_from_slice(payload);
 }
+
+/// A frame of format 9 holds its times whole; from format 10 on, as
+/// differences (`timestamps.rs`): each reads back as written.
+#[test]
+fn a_version_9_frame_reads_its_times_whole() {
+    let records = sample(5);
+    let mut bytes = file_with_header(9, &header());
+    let body = zstd::encode_all(&postcard::to_stdvec(&records).unwrap()[..], 1).unwrap();
+    push_frame(&body, &mut bytes);
+    let reader = RecordingReader::new(&bytes[..], Path::new("v9.lsrec")).unwrap();
+    assert_eq!(reader.format_version(), 9);
+    assert_eq!(reader.collect::<Vec<_>>(), records);
+    let mut today = Vec::new();
+    let mut writer = RecordingWriter::new(&mut today, &header()).unwrap();
+    for record in &records {
+        writer.push(record.clone()).unwrap();
+    }
+    writer.flush().unwrap();
+    drop(writer);
+    let reader = RecordingReader::new(&today[..], Path::new("v10.lsrec")).unwrap();
+    assert_eq!(reader.collect::<Vec<_>>(), records);
+}

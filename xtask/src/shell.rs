@@ -22,14 +22,7 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// True when this process runs as root.
-pub fn is_root() -> bool {
-    unsafe extern "C" {
-        fn geteuid() -> u32;
-    }
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { geteuid() == 0 }
-}
+pub use leakscope_fixtures::ebpf_gate::is_root;
 
 /// A command that runs `program` with the privileges eBPF needs: as it is when we
 /// are root, else through `sudo -E` (aya-template's runner does the same). Only

@@ -222,7 +222,8 @@ mod tests {
 
     #[test]
     fn user_rules_come_first() {
-        let path = leakscope_fixtures::testkit::scratch("rules.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.toml");
         std::fs::write(
             &path,
             "[[rule]]\ncategory = \"other\"\npatterns = [\"tokio::*\"]\n",

@@ -196,13 +196,7 @@ pub const MAX_SURVIVING_SHARE: f64 = 0.1;
 /// a quarter of what was live then.
 pub const SETTLED_SLACK_BYTES: u64 = 4096;
 
-/// A sample stands for others when its block was recorded with a chance of
-/// a half or less. A larger block (a map's table past the sampling mean) is
-/// recorded nearly every time: it is the block itself, judged as in a
-/// recording of every call. CI found the difference: a cache's fix kept one
-/// 16.9 KiB table, allocated once at a one-off resize (weight 1.56), and read
-/// undecided as "1 sample too few".
-pub const STAND_IN_WEIGHT: f64 = 2.0;
+pub use crate::stages::accounting::STAND_IN_WEIGHT;
 
 /// What survives of the allocations a recording saw, against what was live
 /// half-way through the target's activity: what tells a bounded rest (a

@@ -111,7 +111,7 @@ fn write_until_stopped(
                 *seen = now;
             }
         }
-        writer.flush()?;
+        writer.tick()?;
         if stopping {
             return Ok(());
         }

@@ -157,7 +157,7 @@ pub(crate) async fn record(
                 Some(Streamed::End(tail)) => break tail,
                 None => break Ok(Tail::Clean),
             },
-            _ = flush.tick() => writer.flush().map_err(written)?,
+            _ = flush.tick() => writer.tick().map_err(written)?,
             _ = slow.tick() => {
                 if output.due() {
                     writer.flush().map_err(written)?;

@@ -101,8 +101,10 @@ pub struct LiveBytes {
     blocks: HashMap<u64, (u64, u32)>,
     sampling: Sampling,
     namer: Option<SiteNamer>,
-    /// Stack -> site index; sites by name.
-    site_of_stack: HashMap<StackId, u32>,
+    /// Site index by stack id (the writer numbers stacks densely from 0,
+    /// so a vector: no second hash lookup per recorded allocation); sites by
+    /// name.
+    site_of_stack: Vec<u32>,
     sites: Vec<Site>,
     site_named: HashMap<String, u32>,
     /// When the look before last and the last look were (the recording's
@@ -145,7 +147,11 @@ impl LiveBytes {
                 newer: 0,
             });
         }
-        self.site_of_stack.insert(id, index);
+        let id = id as usize;
+        if self.site_of_stack.len() <= id {
+            self.site_of_stack.resize(id + 1, NO_SITE);
+        }
+        self.site_of_stack[id] = index;
     }
 
     /// A block of `size` bytes at `addr` was made, at `stack`.
@@ -159,7 +165,7 @@ impl LiveBytes {
             size
         };
         let site = stack
-            .and_then(|s| self.site_of_stack.get(&s).copied())
+            .and_then(|s| self.site_of_stack.get(s as usize).copied())
             .unwrap_or(NO_SITE);
         if let Some((old, old_site)) = self.blocks.insert(addr, (size, site)) {
             stats.live_bytes = stats.live_bytes.saturating_sub(old);

@@ -29,6 +29,10 @@ pub struct Evidence<'a> {
     pub missing_signals: &'a [String],
     /// The rmcp release the target was built with, when known.
     pub rmcp_version: Option<&'a str>,
+    /// A sampled in-process recording: session births are sampled like any
+    /// allocation (the eBPF probe records them whole), so a session's map
+    /// entry is seen only when sampled and its state mostly not observed.
+    pub births_sampled: bool,
 }
 
 /// The sessions' figures a verdict quotes.
@@ -88,6 +92,8 @@ impl<'a> Evidence<'a> {
             },
             missing_signals: &summary.missing_signals,
             rmcp_version: timeline.header.rmcp_version.as_deref(),
+            births_sampled: timeline.header.sampling.is_sampled()
+                && timeline.header.producer == leakscope_recording::Producer::InProcess,
         }
     }
 }

@@ -194,17 +194,28 @@ fn sessions_verdict(
         );
     }
     if st.unknown > 0 {
-        let why = if evidence.missing_signals.is_empty() {
+        let why = if evidence.births_sampled {
+            "a sampled in-process recording sees a session's map entry only when it is sampled: rmcp allocates it before the log line that names the session, so the cooperative allocator cannot record it whole; record every call (no --sample), or attach with eBPF as root, for every session's state".to_owned()
+        } else if evidence.missing_signals.is_empty() {
             "their map entry's memory was not identified (no allocation matched the session-map rules)".to_owned()
         } else {
             format!("missing signals: {}", evidence.missing_signals.join("; "))
         };
+        let undecided = format!(
+            "{} of {} sessions could not be decided ({why}); {} closed, {} live, none seen leaking",
+            st.unknown, s.count, st.closed, st.live
+        );
+        // What grows is said, but decides nothing here: sessions that live
+        // until their keep-alive reaps them grow the same sites.
+        let seen = candidate.map_or(String::new(), |site| {
+            format!(
+                "; meanwhile {} (see findings)",
+                describe_growth(site, evidence.sampling)
+            )
+        });
         return (
             VerdictKind::Undecided,
-            format!(
-                "{} of {} sessions could not be decided ({why}); {} closed, {} live, none seen leaking{caveat}.",
-                st.unknown, s.count, st.closed, st.live
-            ),
+            format!("{undecided}{seen}{caveat}."),
         );
     }
     if st.live > 0 {

@@ -329,6 +329,27 @@ fn rule_2_an_undecidable_session_makes_the_verdict_undecided() {
     });
     assert_eq!(kind, VerdictKind::Undecided);
     assert!(text.contains("missing signals: worker-drop"), "{text}");
+    // Sampled in-process: said why; a growing site is said, but decides
+    // nothing (live sessions awaiting their keep-alive grow sites too).
+    let unknown = sessions(States {
+        unknown: 300,
+        ..States::default()
+    });
+    let sampled = |sites| {
+        decide(&Evidence {
+            sessions: unknown,
+            births_sampled: true,
+            sites,
+            ..recorded()
+        })
+    };
+    let (kind, text) = sampled(&[]);
+    assert_eq!(kind, VerdictKind::Undecided);
+    assert!(text.contains("sampled in-process recording"), "{text}");
+    let growing = [candidate(1 << 20, 10_240.0)];
+    let (kind, text) = sampled(&growing);
+    assert_eq!(kind, VerdictKind::Undecided);
+    assert!(text.contains("meanwhile `"), "{text}");
     // A leaked one still decides.
     let (kind, _) = decide(&Evidence {
         sessions: sessions(States {

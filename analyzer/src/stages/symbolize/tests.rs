@@ -70,8 +70,8 @@ fn names_a_function_of_this_process_through_its_mappings() {
 /// a FIFO would block), and says why.
 #[test]
 fn a_mapping_that_names_no_regular_file_is_not_opened() {
-    let dir = leakscope_fixtures::testkit::scratch("symbolize-fifo");
-    std::fs::create_dir(&dir).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
     let fifo = dir.join("Cargo.toml");
     let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo on a path in this test's own scratch directory.

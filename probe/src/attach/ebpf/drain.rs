@@ -129,7 +129,7 @@ pub(super) async fn record_until_stopped(
             _ = drain.tick() => {
                 drain_once(&mut loaded.events, &mut loaded.trampoline, capture, trampoline)?;
             }
-            _ = flush.tick() => capture.writer.flush()?,
+            _ = flush.tick() => capture.writer.tick()?,
             _ = slow.tick() => {
                 write_lost(&loaded.lost, lost_seen, capture)?;
                 let stats = capture.stats;
