@@ -118,12 +118,25 @@ pub fn decide(evidence: &Evidence) -> (VerdictKind, String) {
         );
     }
     if rest.settled() {
+        let kept = rest.early_bytes + rest.late_bytes;
+        let bound = if !rest.few_samples() {
+            format!(
+                "no more than the {} live half-way through the activity",
+                bytes(rest.live_at_half)
+            )
+        } else if kept < MIN_LEAK_BYTES {
+            format!(
+                "less than the {} a leak is claimed from",
+                bytes(MIN_LEAK_BYTES)
+            )
+        } else {
+            "its stacks freed nearly all they made".to_owned()
+        };
         return (
             VerdictKind::NoLeak,
             format!(
-                "No leak: all but {} allocated during the recording was freed, and that rest is bounded: no more than the {} live half-way through the activity ({} more in flight at the end; {} sites; {no_sessions}){caveat}.",
-                bytes(rest.early_bytes + rest.late_bytes),
-                bytes(rest.live_at_half),
+                "No leak: all but {} allocated during the recording was freed, and that rest is bounded: {bound} ({} more in flight at the end; {} sites; {no_sessions}){caveat}.",
+                bytes(kept),
                 bytes(rest.in_flight_bytes),
                 evidence.sites.len()
             ),
@@ -308,8 +321,8 @@ fn caveat(lost: u64) -> String {
     )
 }
 
-/// A leak claim needs growth that matters: at least this much kept...
-pub const MIN_LEAK_BYTES: u64 = 32 * 1024;
+/// A leak claim needs growth that matters: at least [`MIN_LEAK_BYTES`] kept...
+pub use crate::stages::sites::MIN_LEAK_BYTES;
 /// ...at a rate that comes to at least this much a day. A server that
 /// grows 1 MiB a day is not the one a user is hunting, and growth of a few
 /// KiB in minutes is as likely a map settling to its size: on Apollo MCP

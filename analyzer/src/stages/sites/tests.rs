@@ -151,6 +151,15 @@ fn a_sampled_rest_of_few_samples_is_judged_by_what_its_stacks_freed() {
         ..base
     };
     assert!(!leak.enough_survivors() && !leak.settled());
+    // A map's first table, one sample allocated once: too little to be a leak.
+    let table = Rest {
+        survivors: 1,
+        surviving_blocks: 8,
+        allocated_at_survivors: 8,
+        early_bytes: 8_740,
+        ..base
+    };
+    assert!(table.enough_survivors() && table.settled());
 }
 
 /// A block past the sampling mean is recorded nearly every time: one such
@@ -165,9 +174,10 @@ fn a_block_recorded_nearly_always_is_no_stand_in() {
     let samples = half_way(500, 26_000);
     let rest = Rest::of(&[(table, false)], 1000, &samples);
     assert!(!rest.sampled && rest.enough_survivors() && rest.settled());
+    // A block's `size` is the bytes it stands for: 16 blocks of 4 KiB.
     let stand_in = Block {
         weight: 16.0,
-        ..block(10, 1024, Some(2))
+        ..block(10, 16 * 4096, Some(2))
     };
     let live = [(stand_in, false)];
     let mut rest = Rest::of(&live, 1000, &samples);
