@@ -58,8 +58,9 @@ fn function_of(frame: &str) -> &str {
 }
 
 pub fn attribute_profile(path: &Path, rules: &Rules) -> Result<DhatAttribution> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // Under sudo, with the invoking user's rights (see `Rules`).
+    let text = leakscope_recording::output::read_as_invoking_user(path, 4 << 30)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     attribute_text(&text, rules).with_context(|| path.display().to_string())
 }
 

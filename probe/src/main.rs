@@ -14,6 +14,7 @@ use leakscope_probe::symbols::ElfSymbols;
 use leakscope_recording::ScopeKind;
 use leakscope_recording::output::{Existing, Owner};
 use leakscope_recording::preset::Preset;
+use leakscope_recording::printable::printable;
 use leakscope_recording::sampling::Sampling;
 
 #[derive(Debug, Parser)]
@@ -105,7 +106,11 @@ enum Command {
 async fn main() {
     if let Err(e) = run(Cli::parse()).await {
         // One line, whatever the error's source printed.
-        eprintln!("leakscope-probe: {}", format!("{e:#}").replace('\n', " "));
+        // What the target said (a refusal) may be in it: shown, not obeyed.
+        eprintln!(
+            "leakscope-probe: {}",
+            printable(&format!("{e:#}").replace('\n', " "), 2000)
+        );
         std::process::exit(1);
     }
 }
@@ -161,7 +166,9 @@ async fn run(cli: Cli) -> Result<()> {
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
-                        status.suspend(|| eprintln!("leakscope-probe: warning: {text}"))
+                        status.suspend(|| {
+                            eprintln!("leakscope-probe: warning: {}", printable(&text, 2000))
+                        })
                     }
                     AttachEvent::Attached { pid, probes } => {
                         println!("attached: pid={pid} probes={probes}");
@@ -203,6 +210,12 @@ async fn run(cli: Cli) -> Result<()> {
                 eprintln!(
                     "leakscope-probe: {} records from the kernel could not be decoded and count as lost (is the eBPF object from another build of the probe?)",
                     stats.malformed
+                );
+            }
+            if stats.untracked > 0 {
+                eprintln!(
+                    "leakscope-probe: {} blocks were made while the status line's count was full: they are in the recording, not in its live figure",
+                    stats.untracked
                 );
             }
             if stats.trampolines_unresolved > 0 {
@@ -340,7 +353,7 @@ fn status_text(stats: &Stats, rate: f64, top: Option<&Candidate>) -> String {
     if let Some(top) = top {
         text.push_str(&format!(
             " | top leak candidate: {} {estimated}{} (+{} in {} s)",
-            top.site,
+            printable(&top.site, 120),
             bytesize::ByteSize::b(top.live_bytes).display().iec(),
             bytesize::ByteSize::b(top.grew_bytes).display().iec(),
             top.over.as_secs()

@@ -3,9 +3,12 @@
 //! finds the process's control socket from its pid, and asks it to record.
 //!
 //! The socket is a Linux abstract Unix socket, [`socket_name`]: no file to
-//! leave behind or to be replaced, gone with the process. Each end checks the
-//! other with `SO_PEERCRED` ([`peer`]): the process serves only its own user
-//! and root, and the probe only talks to a socket held by the target's pid.
+//! leave behind or to be replaced, gone with the process. Anyone may bind an
+//! abstract name, so neither end trusts the name: a process whose name is
+//! taken listens under [`unguessable_socket_name`], and the probe talks only
+//! to a listening socket that the target holds now (one of `/proc/PID/fd`'s);
+//! the process serves only peers that could ptrace it (`SO_PEERCRED`,
+//! [`peer`]).
 //!
 //! The client sends a [`Request`] as one line (`record`, or `record sample=T`
 //! for a recording sampled every `T` bytes on average); the process answers
@@ -71,6 +74,36 @@ pub fn socket_name(pid: u32) -> String {
     format!("leakscope-inproc/{pid}")
 }
 
+/// The name a process listens under when another process holds
+/// [`socket_name`]: the same with a random suffix nobody can bind ahead of
+/// it. The probe finds it among the sockets the process holds
+/// ([`names_of`]).
+pub fn unguessable_socket_name(pid: u32) -> String {
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom into a buffer of its length.
+    let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if got != random.len() as isize {
+        // No entropy to be had: the time, which a squatter would still have
+        // to guess to the nanosecond.
+        random = crate::monotonic_ns().to_le_bytes();
+    }
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}.{suffix}", socket_name(pid))
+}
+
+/// Whether `name` is one process `pid` may listen under: [`socket_name`],
+/// or it with a suffix ([`unguessable_socket_name`]).
+pub fn names_of(name: &str, pid: u32) -> bool {
+    let own = socket_name(pid);
+    name == own
+        || name
+            .strip_prefix(own.as_str())
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|suffix| {
+                !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_hexdigit())
+            })
+}
+
 /// Who is at the other end of `stream`: (uid, pid), as the kernel says.
 pub fn peer(stream: &UnixStream) -> std::io::Result<(u32, u32)> {
     let mut credentials = libc::ucred {
@@ -122,5 +155,17 @@ mod tests {
                 sampling: Sampling::Every
             })
         );
+    }
+
+    #[test]
+    fn a_process_may_listen_under_its_name_or_it_with_a_random_suffix() {
+        let name = unguessable_socket_name(42);
+        assert!(names_of(&name, 42), "{name}");
+        assert_ne!(name, unguessable_socket_name(42));
+        assert!(names_of("leakscope-inproc/42", 42));
+        assert!(!names_of("leakscope-inproc/421", 42));
+        assert!(!names_of("leakscope-inproc/42.", 42));
+        assert!(!names_of("leakscope-inproc/42.zz", 42));
+        assert!(!names_of("leakscope-inproc/4", 42));
     }
 }

@@ -30,6 +30,7 @@ mod header;
 mod legacy;
 pub mod output;
 pub mod preset;
+pub mod printable;
 mod reader;
 pub mod sampling;
 pub mod segments;
@@ -46,7 +47,9 @@ pub use header::{
     AllocLayer, ClockOrigin, Header, Identity, Producer, ScopeFunction, Segment, Settings,
     monotonic_ns,
 };
-pub use reader::{ReadError, RecordingReader, Tail, decode_budget};
+pub use reader::{
+    MAX_FRAME_RECORDS, ReadError, RecordingReader, Tail, decode_budget, record_budget,
+};
 pub use writer::RecordingWriter;
 
 /// First bytes of every recording.

@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 /// What to do when the path to create exists.
@@ -43,35 +43,88 @@ impl Owner {
 }
 
 /// Creates `path` for writing, mode 0600, never through a symbolic link
-/// (`O_NOFOLLOW`) and never blocking on a FIFO (`O_NONBLOCK`); an existing
-/// path is refused or, with [`Existing::Replace`], truncated if it is a
-/// regular file. Handed to `owner` when given. The error names the path and
-/// what is wrong in one line.
+/// (`O_NOFOLLOW`) and never blocking on a FIFO (`O_NONBLOCK`). An existing
+/// path is refused or, with [`Existing::Replace`], replaced by a fresh file:
+/// made beside it (`O_EXCL`) and renamed over it, so whoever holds a link to
+/// the old file or a descriptor of it neither reads nor changes the new one.
+/// Only a regular file with one link, owned by this user or `owner`, is
+/// replaced. Handed to `owner` when given. The error names the path and what
+/// is wrong in one line.
 pub fn create_file(path: &Path, existing: Existing, owner: Option<Owner>) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC);
-    match existing {
-        Existing::Refuse => options.create_new(true),
-        // Not O_TRUNC: what is there is checked before it is emptied.
-        Existing::Replace => options.create(true),
+    let fresh = |at: &Path| {
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC);
+        options.open(at)
     };
-    let file = options.open(path).map_err(|e| explain(path, e, existing))?;
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(io::Error::other(format!(
-            "{} is not a regular file; leakscope writes only regular files",
-            path.display()
-        )));
-    }
-    file.set_len(0)?;
+    let file = match fresh(path) {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) && existing == Existing::Replace => {
+            let metadata = std::fs::symlink_metadata(path)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            replaceable(path, &metadata, owner)?;
+            let beside = beside(path);
+            let file = fresh(&beside).map_err(|e| explain(&beside, e, Existing::Refuse))?;
+            if let Err(e) = std::fs::rename(&beside, path) {
+                let _ = std::fs::remove_file(&beside);
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+            }
+            file
+        }
+        Err(e) => return Err(explain(path, e, existing)),
+    };
     set_blocking(&file)?;
     if let Some(owner) = owner {
         std::os::unix::fs::fchown(&file, Some(owner.uid), Some(owner.gid))?;
     }
     Ok(file)
+}
+
+/// Whether the existing `path` (its `metadata`, not followed) may be
+/// replaced: a regular file of one link, this user's or `owner`'s.
+fn replaceable(path: &Path, metadata: &std::fs::Metadata, owner: Option<Owner>) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |what: String| Err(io::Error::other(format!("{} {what}", path.display())));
+    if metadata.file_type().is_symlink() {
+        return refuse("is a symbolic link; leakscope never writes through one".into());
+    }
+    if metadata.file_type().is_fifo() {
+        return refuse("is a FIFO; leakscope writes only regular files".into());
+    }
+    if !metadata.is_file() {
+        return refuse("is not a regular file; leakscope writes only regular files".into());
+    }
+    if metadata.nlink() > 1 {
+        return refuse(format!(
+            "has {} links; leakscope replaces only a file no other name shares",
+            metadata.nlink()
+        ));
+    }
+    // SAFETY: geteuid(2) has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if metadata.uid() != me && owner.is_none_or(|owner| owner.uid != metadata.uid()) {
+        return refuse(format!(
+            "belongs to uid {}; leakscope replaces only its user's files",
+            metadata.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// A name beside `path` nobody else can have made: `.NAME.RANDOM.tmp`.
+fn beside(path: &Path) -> std::path::PathBuf {
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom into a buffer of its length.
+    let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if got != random.len() as isize {
+        random = crate::monotonic_ns().to_le_bytes();
+    }
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.{suffix}.tmp"))
 }
 
 /// What [`create_file`] would refuse about `path` now, without creating it:
@@ -89,11 +142,7 @@ pub fn check_path(path: &Path, existing: Existing) -> io::Result<()> {
             "{} exists; pass --force to replace it",
             path.display()
         ))),
-        Ok(metadata) if !metadata.is_file() => Err(io::Error::other(format!(
-            "{} is not a regular file; leakscope writes only regular files",
-            path.display()
-        ))),
-        Ok(_) => Ok(()),
+        Ok(metadata) => replaceable(path, &metadata, Owner::invoking_user()),
     }
 }
 
@@ -158,7 +207,7 @@ pub fn read_as_invoking_user(path: &Path, max_bytes: u64) -> io::Result<String> 
     }
     if metadata.len() > max_bytes {
         return Err(io::Error::other(format!(
-            "{} bytes, more than the {max_bytes} a preset may have",
+            "{} bytes, more than the {max_bytes} leakscope reads from such a file",
             metadata.len()
         )));
     }
@@ -210,7 +259,7 @@ fn explain(path: &Path, error: io::Error, existing: Existing) -> io::Error {
 }
 
 /// Clears the `O_NONBLOCK` the file was opened with (it only guarded the open).
-fn set_blocking(file: &File) -> io::Result<()> {
+pub(crate) fn set_blocking(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     // SAFETY: fcntl on a descriptor this function's caller owns.
@@ -258,6 +307,43 @@ mod tests {
         let mut file = create_file(&path, Existing::Replace, None).unwrap();
         io::Write::write_all(&mut file, b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "nothing left beside it");
+    }
+
+    /// `--force` over a file others could read and write (0666), whose
+    /// descriptor another process holds: the new file is a fresh 0600 one,
+    /// and the old descriptor reads the old bytes, never the new ones. It
+    /// used to be the same file, truncated in place: mode, links and
+    /// descriptors kept. A file with a second link is refused, untouched.
+    #[test]
+    fn a_forced_file_is_a_fresh_one_and_a_linked_file_is_refused() {
+        let dir = scratch("leakscope-output-force");
+        let path = dir.path().join("x.lsrec");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let mut held = File::open(&path).unwrap();
+        let mut file = create_file(&path, Existing::Replace, None).unwrap();
+        io::Write::write_all(&mut file, b"new").unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let mut seen = String::new();
+        io::Read::read_to_string(&mut held, &mut seen).unwrap();
+        assert_eq!(seen, "old", "the old descriptor sees the old file");
+
+        let linked = dir.path().join("linked.lsrec");
+        std::fs::write(&linked, "kept").unwrap();
+        std::fs::hard_link(&linked, dir.path().join("second-link")).unwrap();
+        let error = create_file(&linked, Existing::Replace, None).unwrap_err();
+        assert!(error.to_string().contains("2 links"), "{error}");
+        assert!(check_path(&linked, Existing::Replace).is_err());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("second-link")).unwrap(),
+            "kept"
+        );
+        assert_eq!(std::fs::read_to_string(&linked).unwrap(), "kept");
     }
 
     #[test]

@@ -58,6 +58,8 @@ struct Unzip {
     plain: Vec<u8>,
     /// Bytes decompressed so far, across every frame (see [`decode_budget`]).
     decoded: u64,
+    /// Records decoded so far, across every frame (see [`record_budget`]).
+    records: u64,
 }
 
 /// What a whole file may decompress to, given the `read` bytes of it so far:
@@ -74,9 +76,34 @@ pub fn decode_budget(read: u64) -> u64 {
     FLOOR.saturating_add(read.saturating_mul(RATIO))
 }
 
+/// The most records a frame may hold: eight times what the writer puts in
+/// one (its frames end at 8192 records). A frame of tiny records expands
+/// ~10x from its plaintext into [`Record`]s in memory; without a cap on the
+/// count, 64 MiB of plaintext would be gigabytes.
+pub const MAX_FRAME_RECORDS: u64 = 65_536;
+
+/// How many records a whole file may decode to, given the `read` bytes of it
+/// so far: the plaintext budget ([`decode_budget`]) bounds bytes, but a
+/// crafted file of ~100 KB of tiny records would still decode to tens of
+/// millions of them. A real recording takes more than a byte per record
+/// (its times alone differ); 4 per byte read, past a floor of 4 M, is a wide
+/// margin.
+pub fn record_budget(read: u64) -> u64 {
+    const FLOOR: u64 = 4 << 20;
+    const PER_BYTE: u64 = 4;
+    FLOOR.saturating_add(read.saturating_mul(PER_BYTE))
+}
+
 impl RecordingReader<BufReader<File>> {
+    /// Opens a recording file: a regular file only, opened without blocking
+    /// (a FIFO named, or swapped in, fails at once instead of hanging).
     pub fn open(path: &Path) -> Result<Self, ReadError> {
-        let file = File::open(path).map_err(|source| ReadError::Io {
+        let file = crate::target::open_regular(path, None).map_err(|source| ReadError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        // Regular files do not block; reads are plain blocking reads again.
+        crate::output::set_blocking(&file).map_err(|source| ReadError::Io {
             path: path.to_owned(),
             source,
         })?;
@@ -166,6 +193,11 @@ impl<R: Read> RecordingReader<R> {
         self.unzip.decoded
     }
 
+    /// Records decoded so far (see [`record_budget`]).
+    pub fn decoded_records(&self) -> u64 {
+        self.unzip.records
+    }
+
     /// Bytes consumed so far (for progress bars).
     pub fn offset(&self) -> u64 {
         self.offset
@@ -192,7 +224,10 @@ impl<R: Read> RecordingReader<R> {
                 &bytes,
                 self.version,
                 &mut self.unzip,
-                decode_budget(self.offset),
+                Budget {
+                    bytes: decode_budget(self.offset),
+                    records: record_budget(self.offset),
+                },
             ) {
                 Ok(mut records) => {
                     if self.version >= 10 {
@@ -239,12 +274,62 @@ impl<R: Read> Iterator for RecordingReader<R> {
     }
 }
 
+/// What a whole file may decode to so far.
+struct Budget {
+    bytes: u64,
+    records: u64,
+}
+
 /// A records frame of a recording of format `version`, as today's [`Record`]s.
 fn decode_records(
     bytes: &[u8],
     version: u32,
     unzip: &mut Unzip,
+    budget: Budget,
+) -> Result<Vec<Record>, String> {
+    let records_left = budget.records.saturating_sub(unzip.records);
+    let records = decode_plain(bytes, version, unzip, budget.bytes, records_left)?;
+    unzip.records += records.len() as u64;
+    Ok(records)
+}
+
+/// The records of a frame whose plaintext may be `records_left` records at
+/// most (and [`MAX_FRAME_RECORDS`]): counted from the list's length prefix,
+/// before any is decoded.
+fn records_of(plain: &[u8], records_left: u64) -> Result<Vec<Record>, String> {
+    let count = list_length(plain).ok_or("a frame's record count is unreadable")?;
+    if count > MAX_FRAME_RECORDS {
+        return Err(format!(
+            "a frame holds {count} records, more than a writer ever puts in one ({MAX_FRAME_RECORDS})"
+        ));
+    }
+    if count > records_left {
+        return Err(
+            "the frames hold more records than a real recording of this size ever does (a crafted file?)"
+                .into(),
+        );
+    }
+    postcard::from_bytes(plain).map_err(|e| e.to_string())
+}
+
+/// The length postcard writes before a list: a varint.
+fn list_length(plain: &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, byte) in plain.iter().take(10).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+fn decode_plain(
+    bytes: &[u8],
+    version: u32,
+    unzip: &mut Unzip,
     budget: u64,
+    records_left: u64,
 ) -> Result<Vec<Record>, String> {
     if version == 1 {
         let records: Vec<RecordV1> = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
@@ -282,7 +367,7 @@ fn decode_records(
         context
             .decompress_to_buffer(bytes, &mut unzip.plain)
             .map_err(|e| format!("zstd: {e}"))?;
-        return postcard::from_bytes(&unzip.plain).map_err(|e| e.to_string());
+        return records_of(&unzip.plain, records_left);
     }
     let mut plain = Vec::new();
     let cap = u64::from(MAX_FRAME_BYTES).min(left);
@@ -297,7 +382,7 @@ fn decode_records(
         });
     }
     unzip.decoded += plain.len() as u64;
-    postcard::from_bytes(&plain).map_err(|e| e.to_string())
+    records_of(&plain, records_left)
 }
 
 /// The header frame of a recording of format `version`, as today's [`Header`].

@@ -318,7 +318,7 @@ pub fn build_id_of(path: &Path) -> Option<String> {
     build_id_of_file(&open_regular(path, None).ok()?)
 }
 
-fn build_id_of_file(file: &std::fs::File) -> Option<String> {
+pub fn build_id_of_file(file: &std::fs::File) -> Option<String> {
     use object::Object;
     // Reads only the headers and the note that holds the id, not the file: a
     // Rust server's binary with debug info is tens of MB, and reading all of it
@@ -326,6 +326,58 @@ fn build_id_of_file(file: &std::fs::File) -> Option<String> {
     let data = object::ReadCache::new(file);
     let file = object::File::parse(&data).ok()?;
     file.build_id().ok().flatten().map(hex)
+}
+
+/// `file` as it is now, for a reader that maps it by name (`/proc/self/fd/N`,
+/// as blazesym does): `file` itself when only this user or root could change
+/// it, else a copy in a sealed memory file. A mapped file that another user
+/// truncates makes the next access past its new end a SIGBUS.
+pub fn unchangeable(file: std::fs::File) -> std::io::Result<std::fs::File> {
+    if may_change_under_us(&file) {
+        sealed_copy(file)
+    } else {
+        Ok(file)
+    }
+}
+
+/// Whether someone other than this user or root could change `file` while it
+/// is read: its owner is another user, or others may write it.
+fn may_change_under_us(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(metadata) = file.metadata() else {
+        return true;
+    };
+    // SAFETY: geteuid(2) has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    (metadata.uid() != me && metadata.uid() != 0) || metadata.mode() & 0o022 != 0
+}
+
+/// `file`'s bytes in a memory file sealed against any change: what blazesym
+/// maps then cannot shrink under it.
+fn sealed_copy(mut file: std::fs::File) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: memfd_create with a NUL-terminated name; the new descriptor
+    // is owned below.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"leakscope-elf".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by nobody else.
+    let mut copy = unsafe { std::fs::File::from_raw_fd(fd) };
+    // From its start: reading its build-id moved the offset.
+    std::io::Seek::rewind(&mut file)?;
+    std::io::copy(&mut file, &mut copy)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on the memory file this function owns.
+    if unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(copy)
 }
 
 #[cfg(test)]

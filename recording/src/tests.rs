@@ -377,6 +377,58 @@ fn a_file_that_expands_past_its_budget_stops_there() {
     );
 }
 
+/// The plaintext budget bounds bytes, not records: frames of tiny records
+/// (a `Free` is 4 bytes) compress to almost nothing, and ~100 KB of them
+/// decoded to 60 M records, gigabytes once in memory. The records decoded
+/// are budgeted too, and a frame holds at most [`MAX_FRAME_RECORDS`].
+#[test]
+fn a_file_of_tiny_records_stops_at_its_record_budget() {
+    let mut bytes = write(&[], 1);
+    let header_end = RecordingReader::new(&bytes[..], Path::new("x.lsrec"))
+        .unwrap()
+        .offset() as usize;
+    bytes.truncate(header_end);
+    let free = Record::Free {
+        ts: 0,
+        tid: 0,
+        addr: 0,
+    };
+    let tiny = |count: u64| {
+        let plain = postcard::to_stdvec(&vec![free.clone(); count as usize]).unwrap();
+        zstd::bulk::compress(&plain, 19).unwrap()
+    };
+    let full = tiny(MAX_FRAME_RECORDS);
+    let frames = 100_000 / full.len();
+    for _ in 0..frames {
+        push_frame(&full, &mut bytes);
+    }
+    let mut reader = RecordingReader::new(&bytes[..], Path::new("tiny.lsrec")).unwrap();
+    let decoded = reader.by_ref().count() as u64;
+    assert!(
+        decoded <= record_budget(bytes.len() as u64),
+        "{decoded} records from {} bytes",
+        bytes.len()
+    );
+    assert!(frames as u64 * MAX_FRAME_RECORDS > 4 * record_budget(bytes.len() as u64));
+    match reader.tail() {
+        Some(Tail::Torn { reason, .. }) => assert!(reason.contains("more records"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(reader.decoded_records(), decoded);
+
+    // One frame past the cap is refused whole, before it is decoded.
+    let mut bytes = bytes[..header_end].to_vec();
+    push_frame(&tiny(MAX_FRAME_RECORDS + 1), &mut bytes);
+    let mut reader = RecordingReader::new(&bytes[..], Path::new("big.lsrec")).unwrap();
+    assert_eq!(reader.by_ref().count(), 0);
+    match reader.tail() {
+        Some(Tail::Torn { reason, .. }) => {
+            assert!(reason.contains("more than a writer"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Each frame is capped at [`MAX_FRAME_BYTES`], on disk and decompressed: a
 /// length prefix past it is corruption (not an allocation of 4 GiB), and a
 /// frame that says it expands past it is refused before it is decompressed.

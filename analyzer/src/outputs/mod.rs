@@ -161,7 +161,8 @@ pub fn write_report(
     );
     let mut warnings = timeline.warnings.clone();
     if let Some(app) = app_trace {
-        let text = std::fs::read_to_string(app)
+        // Under sudo, with the invoking user's rights (see `Rules`).
+        let text = leakscope_recording::output::read_as_invoking_user(app, 4 << 30)
             .with_context(|| format!("cannot read {}", app.display()))?;
         trace::merge_app_trace(&mut trace, &text, timeline.header.pid)
             .with_context(|| format!("{} is not a Chrome trace", app.display()))?;

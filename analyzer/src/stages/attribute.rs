@@ -100,7 +100,9 @@ impl Rules {
 
     /// The user's rules first, then the built-in ones.
     pub fn with_user_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
+        // Under sudo, with the invoking user's rights: root reads (and a
+        // parse error echoes) only what that user may read.
+        let text = leakscope_recording::output::read_as_invoking_user(path, 16 << 20)
             .with_context(|| format!("cannot read rules {}", path.display()))?;
         let mut rules = Self::parse(&text)
             .with_context(|| format!("{} is not a valid rules file", path.display()))?;

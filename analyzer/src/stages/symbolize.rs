@@ -17,6 +17,14 @@
 //! its build-id, the file here must have the same one. A rebuilt binary would
 //! otherwise give wrong names, so wrong categories and a wrong verdict; its
 //! frames stay addresses and [`Symbolizer::unmatched`] says which files.
+//!
+//! **Each file is opened once** ([`open`]): checked on that descriptor (a
+//! regular file, its build-id), then handed to blazesym as
+//! `/proc/self/fd/N`, so a file swapped under the analyzer (a FIFO, which
+//! would hang it) is never opened. One that someone else could truncate
+//! while blazesym maps it (not this user's or root's, or writable by others:
+//! the access past its end would be a SIGBUS) is copied first into a sealed
+//! memory file (`leakscope_recording::target::unchangeable`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -46,8 +54,9 @@ pub struct Symbolizer {
     blaze: Blaze,
     modules: ModulePaths,
     cache: HashMap<u64, Vec<Frame>>,
-    /// Per file: why it cannot be used (`None`: it can).
-    files: HashMap<String, Option<String>>,
+    /// Per file: the descriptor blazesym reads it through, or why it
+    /// cannot be used.
+    files: HashMap<String, Result<Opened, String>>,
     /// Files that could not be used and that a stack needed, with why.
     unmatched: BTreeMap<String, String>,
 }
@@ -73,7 +82,7 @@ impl Symbolizer {
     pub fn add_mapping(&mut self, mapping: Mapping) {
         self.files
             .entry(mapping.path.clone())
-            .or_insert_with(|| check_file(&mapping));
+            .or_insert_with(|| open(&mapping));
         self.mappings.push(mapping);
     }
 
@@ -87,7 +96,7 @@ impl Symbolizer {
     pub fn frames(&mut self, ip: u64) -> &[Frame] {
         if !self.cache.contains_key(&ip) {
             if let Some(mapping) = self.mappings.iter().find(|m| m.contains(ip))
-                && let Some(Some(why)) = self.files.get(&mapping.path)
+                && let Some(Err(why)) = self.files.get(&mapping.path)
             {
                 self.unmatched
                     .entry(mapping.path.clone())
@@ -133,12 +142,12 @@ impl Symbolizer {
         let Some(mapping) = self.mappings.iter().find(|m| m.contains(ip)) else {
             return unknown();
         };
-        if !matches!(self.files.get(&mapping.path), Some(None)) {
+        let Some(Ok(opened)) = self.files.get(&mapping.path) else {
             return unknown();
-        }
+        };
         // A return address points just past the call: look one byte back.
         let offset = ip.saturating_sub(1) - mapping.start + mapping.file_offset;
-        let source = Source::Elf(Elf::new(&mapping.path));
+        let source = Source::Elf(Elf::new(&opened.path));
         let Ok(results) = self.blaze.symbolize(&source, Input::FileOffset(&[offset])) else {
             return unknown();
         };
@@ -162,7 +171,7 @@ impl Symbolizer {
                     .collect();
                 let mut function = demangle(&sym.name);
                 if !has_path(&function)
-                    && let Some(full) = self.symbol_table_name(&mapping.path, offset)
+                    && let Some(full) = self.symbol_table_name(&opened.path, offset)
                 {
                     function = full;
                 }
@@ -317,27 +326,48 @@ fn package_name(manifest: &Path) -> Option<String> {
     None
 }
 
-/// Why the file behind `mapping` cannot be used here, or `None` when it can.
-fn check_file(mapping: &Mapping) -> Option<String> {
-    let path = Path::new(&mapping.path);
-    if !path.exists() {
-        return Some("not found here".into());
-    }
+/// A file of the recording's, open for blazesym.
+struct Opened {
+    /// `/proc/self/fd/N` of `_file`: the descriptor checked, reopened.
+    path: String,
+    _file: std::fs::File,
+}
+
+/// The file behind `mapping`, opened once and checked on that descriptor,
+/// or why it cannot be used here.
+fn open(mapping: &Mapping) -> Result<Opened, String> {
+    use std::os::fd::AsRawFd;
     // A recording names the files; only regular files are opened (never a
-    // device such as /dev/zero, which a crafted recording could name).
-    if !path.is_file() {
-        return Some("not a regular file".into());
+    // device such as /dev/zero, or a FIFO, which a crafted recording could
+    // name), without blocking.
+    let file =
+        leakscope_recording::target::open_regular(Path::new(&mapping.path), None).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => "not found here".to_owned(),
+                _ => e.to_string(),
+            }
+        })?;
+    if let Some(recorded) = mapping.build_id.as_deref() {
+        match leakscope_recording::target::build_id_of_file(&file) {
+            Some(found) if found == recorded => {}
+            Some(found) => {
+                return Err(format!(
+                    "its build-id {found} differs from the recorded {recorded} (rebuilt or replaced since)"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "it has no build-id; the recorded one is {recorded}"
+                ));
+            }
+        }
     }
-    let recorded = mapping.build_id.as_deref()?;
-    match leakscope_recording::target::build_id_of(path) {
-        Some(found) if found == recorded => None,
-        Some(found) => Some(format!(
-            "its build-id {found} differs from the recorded {recorded} (rebuilt or replaced since)"
-        )),
-        None => Some(format!(
-            "it has no build-id; the recorded one is {recorded}"
-        )),
-    }
+    let file = leakscope_recording::target::unchangeable(file)
+        .map_err(|e| format!("cannot copy it to read it safely: {e}"))?;
+    Ok(Opened {
+        path: format!("/proc/self/fd/{}", file.as_raw_fd()),
+        _file: file,
+    })
 }
 
 #[cfg(test)]

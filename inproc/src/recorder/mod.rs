@@ -141,8 +141,14 @@ impl Recorder {
         sampler::configure(sampling);
         let (out, path): (Box<dyn Write + Send>, PathBuf) = match sink {
             Sink::File(path) => {
-                let file = std::fs::File::create(&path)
-                    .with_context(|| format!("cannot create {}", path.display()))?;
+                // A fresh 0600 file, never written through a link planted
+                // at the path; one there already is replaced, not truncated.
+                let file = leakscope_recording::output::create_file(
+                    &path,
+                    leakscope_recording::output::Existing::Replace,
+                    None,
+                )
+                .with_context(|| format!("cannot create {}", path.display()))?;
                 (
                     Box::new(std::io::BufWriter::with_capacity(1 << 20, file)),
                     path,
@@ -290,6 +296,16 @@ mod tests {
     #[test]
     fn a_new_recorder_starts_its_own_lost_count() {
         let dir = tempfile::tempdir().unwrap();
+        // (Recorders are process-wide, so this test also checks the file:)
+        // a link planted at the path is not written through; a recording
+        // is its user's alone.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let planted = dir.path().join("planted.lsrec");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let error = Recorder::start(&planted).err().expect("refused");
+        assert!(format!("{error:#}").contains("symbolic link"), "{error:#}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         let first = Recorder::start(dir.path().join("first.lsrec")).unwrap();
         buffer::shared().unwrap().lost.store(7, Ordering::SeqCst);
         first.finish().unwrap();
@@ -297,6 +313,12 @@ mod tests {
         let second = Recorder::start(&second_path).unwrap();
         assert_eq!(buffer::shared().unwrap().lost.load(Ordering::SeqCst), 0);
         second.finish().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&second_path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
         let mut reader = leakscope_recording::RecordingReader::open(&second_path).unwrap();
         assert!(
             !reader

@@ -18,11 +18,14 @@ pub async fn attach(
     let mut signals = StopSignals::install()?;
     // A process that records itself (leakscope_inproc::Alloc, listening)
     // needs no eBPF and no root: it is asked to.
-    if !options.bare
-        && !options.ebpf
-        && let Some(stream) = cooperative::connect(options.pid)
-    {
-        return cooperative::record(stream, &options, &mut signals, &mut on_event).await;
+    if !options.bare && !options.ebpf {
+        match cooperative::find(options.pid, &mut signals).await? {
+            cooperative::Found::Connected(stream) => {
+                return cooperative::record(stream, &options, &mut signals, &mut on_event).await;
+            }
+            cooperative::Found::NotHeld(why) => on_event(AttachEvent::Warning(why)),
+            cooperative::Found::Nothing => {}
+        }
     }
     ebpf::record(&options, &mut signals, &mut on_event).await
 }

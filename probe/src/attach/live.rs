@@ -29,6 +29,18 @@ pub const LOOK_EVERY: Duration = Duration::from_secs(30);
 /// A site growing less than this since the last look is no candidate.
 const MIN_GROWTH_BYTES: u64 = 4096;
 
+/// Blocks counted at most (~50 MB of map): past it a block made is not
+/// counted, and [`Stats::untracked`] says how many. The stream is the
+/// target's (a cooperative one may be hostile) and the kernel's ring buffer
+/// is bounded, but live blocks are not.
+const MAX_BLOCKS: usize = 1 << 20;
+
+/// Stack ids and distinct site names counted at most: the writer numbers
+/// stacks densely from 0, so a larger id is a crafted one (its blocks count
+/// under no site), and names past the cap share one.
+const MAX_STACK_IDS: usize = 1 << 22;
+const MAX_SITES: usize = 1 << 16;
+
 /// The top leak candidate for the status line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
@@ -137,6 +149,15 @@ impl LiveBytes {
             .and_then(|n| n.site(frames))
             .or_else(|| frames.first().map(|f| format!("{f:#x}")))
             .unwrap_or_else(|| "[empty stack]".into());
+        let id = id as usize;
+        if id >= MAX_STACK_IDS {
+            return;
+        }
+        let name = if self.sites.len() >= MAX_SITES && !self.site_named.contains_key(&name) {
+            "[other sites]".to_owned()
+        } else {
+            name
+        };
         let next = self.sites.len() as u32;
         let index = *self.site_named.entry(name.clone()).or_insert(next);
         if index == next {
@@ -147,7 +168,6 @@ impl LiveBytes {
                 newer: 0,
             });
         }
-        let id = id as usize;
         if self.site_of_stack.len() <= id {
             self.site_of_stack.resize(id + 1, NO_SITE);
         }
@@ -167,6 +187,10 @@ impl LiveBytes {
         let site = stack
             .and_then(|s| self.site_of_stack.get(s as usize).copied())
             .unwrap_or(NO_SITE);
+        if self.blocks.len() >= MAX_BLOCKS && !self.blocks.contains_key(&addr) {
+            stats.untracked += 1;
+            return;
+        }
         if let Some((old, old_site)) = self.blocks.insert(addr, (size, site)) {
             stats.live_bytes = stats.live_bytes.saturating_sub(old);
             self.uncount(old_site, old);
@@ -253,5 +277,26 @@ mod tests {
         live.alloc(&mut stats, 0x6000, 5000, Some(2));
         let top = live.candidate().unwrap();
         assert_eq!((top.site.as_str(), top.grew_bytes), ("0x30", 5000));
+    }
+
+    /// The blocks and stacks a (hostile) stream can make the status line
+    /// keep are bounded: a crafted stack id is ignored, not a vector of its
+    /// size, and blocks past the cap are counted as untracked.
+    #[test]
+    fn what_a_stream_can_make_it_keep_is_bounded() {
+        let mut stats = Stats::default();
+        let mut live = LiveBytes::new(Sampling::Every, None);
+        live.stack(u32::MAX, &[0x10]);
+        assert!(live.site_of_stack.len() < MAX_STACK_IDS);
+        for addr in 1..=(MAX_BLOCKS as u64 + 10) {
+            live.alloc(&mut stats, addr, 1, None);
+        }
+        assert_eq!(live.blocks.len(), MAX_BLOCKS);
+        assert_eq!(stats.untracked, 10);
+        assert_eq!(stats.live_bytes, MAX_BLOCKS as u64);
+        // A freed block makes room again.
+        live.free(&mut stats, 1);
+        live.alloc(&mut stats, 0xffff_0000, 1, None);
+        assert_eq!(stats.untracked, 10);
     }
 }

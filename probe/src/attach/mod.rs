@@ -25,7 +25,6 @@ use leakscope_recording::output::{Existing, Owner};
 use leakscope_recording::preset::Preset;
 use leakscope_recording::sampling::Sampling;
 
-pub use cooperative::connect;
 pub use ebpf::LostCounters;
 pub use entry::attach;
 pub use live::{Candidate, LiveBytes, SiteNamer};
@@ -147,4 +146,7 @@ pub struct Stats {
     /// uretprobe on the target. Not counted for an executable built without
     /// frame pointers, whose walks past the first frame read stale stack.
     pub trampolines_unresolved: u64,
+    /// Blocks made while the status line's count was full (see
+    /// `LiveBytes`): in the recording, not in [`live_bytes`](Self::live_bytes).
+    pub untracked: u64,
 }

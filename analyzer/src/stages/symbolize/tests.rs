@@ -110,3 +110,115 @@ fn a_rebuilt_binary_is_not_used_for_names() {
     let why = &symbolizer.unmatched()[&target.exe];
     assert!(why.contains("differs from the recorded 00112233"), "{why}");
 }
+
+#[inline(never)]
+fn another_function_to_find() -> u64 {
+    std::hint::black_box(43)
+}
+
+/// A symbolizer over a copy of this test's executable (`exe` in `dir`,
+/// made with `mode`), the other mappings as they are.
+fn symbolizer_over_a_copy(dir: &Path, mode: u32) -> (Symbolizer, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let target = leakscope_recording::target::Target::inspect(std::process::id()).unwrap();
+    let copy = dir.join("exe");
+    std::fs::copy(&target.exe, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(mode)).unwrap();
+    let mut symbolizer = Symbolizer::new();
+    for mut mapping in target.mappings {
+        if mapping.path == target.exe {
+            mapping.path = copy.to_str().unwrap().to_owned();
+        }
+        symbolizer.add_mapping(mapping);
+    }
+    (symbolizer, copy)
+}
+
+/// On a thread (blazesym's symbolizer stays on the thread that made it): a
+/// symbolizer over a copy of this executable made with `mode`, which first
+/// names `first`; then `meanwhile` is done to the copy here, and the thread
+/// names `function`. `None` if it has not answered within 60 s (it hangs).
+fn frames_after(
+    dir: &Path,
+    mode: u32,
+    first: Option<u64>,
+    meanwhile: impl FnOnce(&Path),
+    function: u64,
+) -> Option<Vec<Frame>> {
+    let (made, copy) = std::sync::mpsc::channel();
+    let (go, going) = std::sync::mpsc::channel::<()>();
+    let (sender, received) = std::sync::mpsc::channel();
+    let dir = dir.to_owned();
+    std::thread::spawn(move || {
+        let (mut symbolizer, path) = symbolizer_over_a_copy(&dir, mode);
+        if let Some(ip) = first {
+            let frames = symbolizer.frames(ip + 2).to_vec();
+            assert!(
+                frames.iter().any(|f| !f.function.starts_with("0x")),
+                "{frames:?} {:?}",
+                symbolizer.unmatched()
+            );
+        }
+        made.send(path).unwrap();
+        going.recv().unwrap();
+        let _ = sender.send(symbolizer.frames(function + 2).to_vec());
+    });
+    let path = copy.recv().unwrap();
+    meanwhile(&path);
+    go.send(()).unwrap();
+    received
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .ok()
+}
+
+/// The file is opened once, when its mapping is read, and read through that
+/// descriptor: swapped afterwards for a FIFO (which blocks whoever opens it
+/// for reading), it is still the file checked that is read. blazesym used to
+/// open it again by name, and `leakscope report` hung there.
+#[test]
+fn a_file_swapped_for_a_fifo_after_its_check_is_never_opened() {
+    let temp = tempfile::tempdir().unwrap();
+    let swap = |copy: &Path| {
+        std::fs::remove_file(copy).unwrap();
+        let name = std::ffi::CString::new(copy.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a path in this test's own scratch directory.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    };
+    let function = a_function_to_find as *const () as u64;
+    let frames = frames_after(temp.path(), 0o755, None, swap, function)
+        .expect("symbolizing hung on the FIFO swapped in");
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.function.ends_with("a_function_to_find")),
+        "{frames:?}"
+    );
+}
+
+/// A file others may write (here 0666) is read from a sealed copy: truncated
+/// while blazesym has it mapped, the next address read from it would have
+/// been past its end, a SIGBUS that killed the analyzer.
+#[test]
+fn a_file_others_may_truncate_is_read_from_a_sealed_copy() {
+    let temp = tempfile::tempdir().unwrap();
+    let truncate = |copy: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(copy)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    };
+    let first = a_function_to_find as *const () as u64;
+    let function = another_function_to_find as *const () as u64;
+    let frames =
+        frames_after(temp.path(), 0o666, Some(first), truncate, function).expect("answered");
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.function.ends_with("another_function_to_find")),
+        "{frames:?}"
+    );
+    a_function_to_find();
+    another_function_to_find();
+}

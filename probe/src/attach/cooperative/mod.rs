@@ -1,50 +1,45 @@
 //! Attaching to a process that records itself: its global allocator is
 //! `leakscope_inproc::Alloc` and it called `leakscope_inproc::listen()`. No
 //! eBPF and no root: the probe finds the process's control socket from its
-//! pid, asks it to record, and writes what it streams into the recording,
-//! ending it (`--duration`, Ctrl-C, the target's exit) the same way as an
-//! eBPF recording. The protocol is `leakscope_recording::control`'s.
+//! pid ([`find`]), asks it to record, and writes what it streams into the
+//! recording, ending it (`--duration`, Ctrl-C, the target's exit) the same
+//! way as an eBPF recording. The protocol is `leakscope_recording::control`'s.
+//!
+//! The stream is the target's to write, and root may be reading it: it is
+//! parsed on a thread that has dropped root first ([`stream`]), in bounded
+//! frames and batches, and what of it is printed is made printable.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixStream};
+mod find;
+mod stream;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use leakscope_recording::control::{ERROR_PREFIX, Request, peer, socket_name};
+use leakscope_recording::control::Request;
+use leakscope_recording::printable::printable;
 use leakscope_recording::target::{Target, is_alive};
-use leakscope_recording::{
-    EndReason, Header, Record, RecordingReader, ScopeKind, SessionFact, Tail, monotonic_ns,
-};
+use leakscope_recording::{EndReason, Record, ScopeKind, SessionFact, Tail, monotonic_ns};
 
 use super::rotation::Output;
 use super::{
     AttachEvent, AttachOptions, AttachOutcome, LiveBytes, NEVER, SiteNamer, Stats, StopSignals,
     deadline,
 };
-
-/// The control socket of `pid`, if it has one and it is really `pid`'s (the
-/// kernel says which process listens on it: another one could have taken
-/// the name).
-pub fn connect(pid: u32) -> Option<UnixStream> {
-    let address = SocketAddr::from_abstract_name(socket_name(pid)).ok()?;
-    let stream = UnixStream::connect_addr(&address).ok()?;
-    match peer(&stream) {
-        Ok((_, listener)) if listener == pid => Some(stream),
-        _ => None,
-    }
-}
+pub(crate) use find::{Found, find};
+use stream::{Streamed, read_stream};
 
 /// How long a process asked to stop may take to finish its recording.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
-/// What the reading thread hands over.
-enum Streamed {
-    Header(Box<Header>),
-    Records(Vec<Record>),
-    /// The stream ended: how, and whether the process said why it refused.
-    End(Result<Tail, String>),
-}
+/// How long the process may take to answer a request (a stopped one
+/// never does).
+const HEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// Batches of records in flight from the reading thread (each a frame of at
+/// most `MAX_FRAME_RECORDS`).
+const BATCHES_IN_FLIGHT: usize = 16;
 
 /// Records `options.pid` through its control socket `stream` until stopped.
 pub(crate) async fn record(
@@ -67,15 +62,27 @@ pub(crate) async fn record(
         }
         .to_line()
     );
-    let (sender, mut received) = tokio::sync::mpsc::channel::<Streamed>(64);
+    let (sender, mut received) = tokio::sync::mpsc::channel::<Streamed>(BATCHES_IN_FLIGHT);
     let name = format!("pid {pid}'s control socket");
+    let reader_user = stream::reader_user(pid, options.owner);
     std::thread::Builder::new()
         .name("leakscope-inproc-reader".into())
-        .spawn(move || read_stream(stream, &name, &sender))?;
+        .spawn(move || read_stream(stream, &name, reader_user, &sender))?;
 
-    let header = match received.recv().await {
+    let answer = tokio::select! {
+        answer = received.recv() => answer,
+        _ = tokio::time::sleep(HEADER_WAIT) => bail!(
+            "pid {pid} did not answer within {} s (is it stopped?)",
+            HEADER_WAIT.as_secs()
+        ),
+        _ = signals.interrupt.recv() => bail!("interrupted before pid {pid} answered"),
+        _ = signals.terminate.recv() => bail!("terminated before pid {pid} answered"),
+    };
+    let header = match answer {
         Some(Streamed::Header(header)) => header,
-        Some(Streamed::End(Err(why))) => bail!("pid {pid} would not record: {why}"),
+        Some(Streamed::End(Err(why))) => {
+            bail!("pid {pid} would not record: {}", printable(&why, 300))
+        }
         _ => match asked {
             Err(e) => bail!("cannot ask pid {pid} to record: {e}"),
             Ok(()) => bail!("pid {pid} closed its control socket without a recording"),
@@ -185,7 +192,8 @@ pub(crate) async fn record(
         && is_alive(pid)
     {
         on_event(AttachEvent::Warning(format!(
-            "pid {pid}'s recording stream broke off: {reason}"
+            "pid {pid}'s recording stream broke off: {}",
+            printable(reason, 300)
         )));
     }
     let end = stopping.unwrap_or(if is_alive(pid) {
@@ -205,45 +213,6 @@ pub(crate) async fn record(
         written: output.path(),
         programs: Vec::new(),
     })
-}
-
-/// Reads the process's answer: a refusal line, or a recording, frame by frame.
-fn read_stream(stream: UnixStream, name: &str, sender: &tokio::sync::mpsc::Sender<Streamed>) {
-    let mut input = BufReader::with_capacity(1 << 20, stream);
-    let refused = match input.fill_buf() {
-        Ok(start) => start.starts_with(ERROR_PREFIX.as_bytes()),
-        Err(e) => {
-            let _ = sender.blocking_send(Streamed::End(Err(e.to_string())));
-            return;
-        }
-    };
-    if refused {
-        let mut line = String::new();
-        let _ = input.read_line(&mut line);
-        let why = line.trim().trim_start_matches(ERROR_PREFIX).to_owned();
-        let _ = sender.blocking_send(Streamed::End(Err(why)));
-        return;
-    }
-    let mut reader = match RecordingReader::new(input, std::path::Path::new(name)) {
-        Ok(reader) => reader,
-        Err(e) => {
-            let _ = sender.blocking_send(Streamed::End(Err(e.to_string())));
-            return;
-        }
-    };
-    if sender
-        .blocking_send(Streamed::Header(Box::new(reader.header().clone())))
-        .is_err()
-    {
-        return;
-    }
-    while let Some(batch) = reader.next_frame() {
-        if sender.blocking_send(Streamed::Records(batch)).is_err() {
-            return;
-        }
-    }
-    let tail = reader.tail().cloned().unwrap_or(Tail::Clean);
-    let _ = sender.blocking_send(Streamed::End(Ok(tail)));
 }
 
 /// The running figures of the live status line, from the records streamed.
