@@ -10,7 +10,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::stages::attribute::{Category, PerCategory, Rules};
+use crate::model::{Category, PerCategory};
+use crate::stages::attribute::Rules;
 
 #[derive(Debug, Deserialize)]
 struct Profile {

@@ -19,24 +19,30 @@
 //! returns what happened (warnings, progress through a callback); the
 //! `leakscope` binary decides what to print. What the binaries, the fixtures and
 //! the fuzz targets use is re-exported here; the rest is private to the crate.
+//!
+//! The entry points follow one rule: a function per subcommand, named for it
+//! ([`analyze`], [`report`], [`diff`], [`pprof`]), taking its inputs and then
+//! its options; each has a `_with_progress` twin that takes a progress callback
+//! last. Options have defaults (`ReportOptions { out_dir, ..Default::default() }`).
 
 pub mod dhat;
+mod model;
 mod outputs;
 mod stages;
 mod units;
 
 pub use leakscope_recording::frames::short_name;
+pub use model::{
+    Category, Frame, Session, SessionState, Site, Task, TaskState, Timeline, percentile,
+};
 pub use outputs::diff::Diff;
 /// The diff of two analysed recordings, each (its name, summary, timeline).
 pub use outputs::diff::diff as diff_timelines;
-pub use outputs::summary::{Summary, VerdictKind, percentile, summarize};
+pub use outputs::summary::{Summary, VerdictKind, summarize};
 pub use outputs::{InMemory, OutputDir, Sink, write_diff, write_report};
-pub use stages::attribute::{Category, Rules};
-pub use stages::objects::sessions::SessionState;
-pub use stages::objects::tasks::TaskState;
-pub use stages::sites::Site;
-pub use stages::symbolize::{Frame, Symbolizer};
-pub use stages::timeline::{Builder, Session, Task, Timeline};
+pub use stages::attribute::Rules;
+pub use stages::symbolize::Symbolizer;
+pub use stages::timeline::Builder;
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +59,13 @@ const PROGRESS_EVERY_RECORDS: u64 = 65_536;
 /// at most a writer's frame of records), so memory stays bounded.
 const READ_AHEAD_FRAMES: usize = 4;
 
+/// How long after a worker's end its session's frees still count as
+/// transient, unless told (`--grace`).
+pub const DEFAULT_GRACE_NS: u64 = 1_000_000_000;
+
+/// What `report` and `diff` are asked for. The default writes to `report/`
+/// with the built-in rules, as `leakscope report` does without flags.
+#[derive(Debug, Clone)]
 pub struct ReportOptions {
     pub out_dir: PathBuf,
     pub rules: Option<PathBuf>,
@@ -64,6 +77,41 @@ pub struct ReportOptions {
     pub redact: bool,
     /// Who the outputs are handed to (the user who ran sudo), if not the runner.
     pub owner: Option<Owner>,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        Self {
+            out_dir: PathBuf::from("report"),
+            rules: None,
+            grace_ns: DEFAULT_GRACE_NS,
+            app_trace: None,
+            redact: false,
+            owner: None,
+        }
+    }
+}
+
+/// What `pprof` is asked for.
+#[derive(Debug, Clone)]
+pub struct PprofOptions {
+    /// The profile's file (`profile.proto`, gzipped).
+    pub out: PathBuf,
+    pub rules: Option<PathBuf>,
+    pub grace_ns: u64,
+    /// Who the file is handed to (the user who ran sudo), if not the runner.
+    pub owner: Option<Owner>,
+}
+
+impl Default for PprofOptions {
+    fn default() -> Self {
+        Self {
+            out: PathBuf::from("profile.pb.gz"),
+            rules: None,
+            grace_ns: DEFAULT_GRACE_NS,
+            owner: None,
+        }
+    }
 }
 
 /// How far reading a recording has got.
@@ -174,7 +222,12 @@ pub struct DiffReport {
 /// `leakscope diff`: analyses `before` and `after` with the same options and
 /// writes `diff.md`, `diff.json` and the diff charts (SVG and PNG) into
 /// `options.out_dir`.
-pub fn diff_recordings(
+pub fn diff(before: &Path, after: &Path, options: &ReportOptions) -> Result<DiffReport> {
+    diff_with_progress(before, after, options, |_| {})
+}
+
+/// [`diff`], telling `on_progress` how far it has read each recording.
+pub fn diff_with_progress(
     before: &Path,
     after: &Path,
     options: &ReportOptions,
@@ -210,17 +263,25 @@ pub fn diff_recordings(
 }
 
 /// `leakscope pprof`: writes the recording's heap profile (`profile.proto`,
-/// gzipped) to `out`; returns the recording's warnings.
+/// gzipped) to `options.out`; returns the recording's warnings.
+pub fn pprof(recording: &Path, options: &PprofOptions) -> Result<Vec<String>> {
+    pprof_with_progress(recording, options, |_| {})
+}
+
+/// [`pprof`], telling `on_progress` how far it has read the recording.
 pub fn pprof_with_progress(
     recording: &Path,
-    rules_file: Option<&Path>,
-    grace_ns: u64,
-    out: &Path,
-    owner: Option<Owner>,
+    options: &PprofOptions,
     on_progress: impl FnMut(Progress),
 ) -> Result<Vec<String>> {
-    let timeline = analyze_with_progress(recording, rules(rules_file)?, grace_ns, on_progress)?;
-    outputs::write_file(out, &outputs::pprof::of_timeline(&timeline, None)?, owner)?;
+    let timeline = analyze_with_progress(
+        recording,
+        rules(options.rules.as_deref())?,
+        options.grace_ns,
+        on_progress,
+    )?;
+    let profile = outputs::pprof::of_timeline(&timeline, None)?;
+    outputs::write_file(&options.out, &profile, options.owner)?;
     Ok(timeline.warnings)
 }
 
@@ -239,11 +300,8 @@ mod tests {
             &recording,
             &ReportOptions {
                 out_dir: out_dir.clone(),
-                rules: None,
-                grace_ns: 1_000_000_000,
-                app_trace: None,
                 redact: true,
-                owner: None,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -290,11 +348,7 @@ mod tests {
             &recording,
             &ReportOptions {
                 out_dir: out_dir.clone(),
-                rules: None,
-                grace_ns: 1_000_000_000,
-                app_trace: None,
-                redact: false,
-                owner: None,
+                ..Default::default()
             },
         )
         .unwrap()

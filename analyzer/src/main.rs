@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use leakscope_analyzer::{Owner, ReportOptions, report_with_progress};
+use leakscope_analyzer::{Owner, PprofOptions, ReportOptions, report_with_progress};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -161,7 +161,7 @@ fn run(cli: Cli) -> Result<()> {
                 owner: Owner::invoking_user(),
             };
             let outcome = with_progress(|progress| {
-                leakscope_analyzer::diff_recordings(&before, &after, &options, progress)
+                leakscope_analyzer::diff_with_progress(&before, &after, &options, progress)
             })?;
             for warning in &outcome.warnings {
                 eprintln!("leakscope: warning: {warning}");
@@ -176,15 +176,14 @@ fn run(cli: Cli) -> Result<()> {
             rules,
             grace,
         } => {
+            let options = PprofOptions {
+                out: out.clone(),
+                rules,
+                grace_ns: grace.as_nanos() as u64,
+                owner: Owner::invoking_user(),
+            };
             let warnings = with_progress(|progress| {
-                leakscope_analyzer::pprof_with_progress(
-                    &recording,
-                    rules.as_deref(),
-                    grace.as_nanos() as u64,
-                    &out,
-                    Owner::invoking_user(),
-                    progress,
-                )
+                leakscope_analyzer::pprof_with_progress(&recording, &options, progress)
             })?;
             for warning in &warnings {
                 eprintln!("leakscope: warning: {}: {warning}", recording.display());

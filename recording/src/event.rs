@@ -247,10 +247,11 @@ pub enum Record {
     },
 }
 
-impl Record {
-    /// When it happened; `None` for what has no time (stacks, mappings).
-    pub fn ts(&self) -> Option<u64> {
-        match *self {
+/// The one list of which records carry a time: `ts` and `ts_mut` are this
+/// match, borrowing immutably or mutably.
+macro_rules! time_of {
+    ($record:expr) => {
+        match $record {
             Record::Alloc { ts, .. }
             | Record::Free { ts, .. }
             | Record::Realloc { ts, .. }
@@ -262,22 +263,18 @@ impl Record {
             | Record::Task { ts, .. } => Some(ts),
             Record::Stack { .. } | Record::Mapping(_) => None,
         }
+    };
+}
+
+impl Record {
+    /// When it happened; `None` for what has no time (stacks, mappings).
+    pub fn ts(&self) -> Option<u64> {
+        time_of!(self).copied()
     }
 
     /// Its time, to change in place: the records [`ts`](Self::ts) gives one.
     pub fn ts_mut(&mut self) -> Option<&mut u64> {
-        match self {
-            Record::Alloc { ts, .. }
-            | Record::Free { ts, .. }
-            | Record::Realloc { ts, .. }
-            | Record::Scope { ts, .. }
-            | Record::Session { ts, .. }
-            | Record::Lost { ts, .. }
-            | Record::End { ts, .. }
-            | Record::TraceOrigin { ts }
-            | Record::Task { ts, .. } => Some(ts),
-            Record::Stack { .. } | Record::Mapping(_) => None,
-        }
+        time_of!(self)
     }
 
     /// The stack it names, for a reader that renumbers stacks (segments read

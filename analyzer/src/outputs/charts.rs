@@ -17,9 +17,9 @@ use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::model::Category;
+use crate::model::Timeline;
 use crate::outputs::thin::{MAX_MARKERS, MAX_POINTS, thinned};
-use crate::stages::attribute::Category;
-use crate::stages::timeline::Timeline;
 
 const FONT: &str = "sans-serif";
 static DEJAVU_SANS: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use crate::stages::timeline::Site;
+use crate::model::Site;
 
 /// inferno's folded format, one line per call site with live bytes.
 pub fn folded(sites: &[Site]) -> Vec<String> {
@@ -47,8 +47,8 @@ pub fn svg(sites: &[Site], title: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages::attribute::Category;
-    use crate::stages::symbolize::Frame;
+    use crate::model::Category;
+    use crate::model::Frame;
 
     fn frame(name: &str) -> Frame {
         Frame {

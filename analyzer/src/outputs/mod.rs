@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use leakscope_recording::output::{self, Existing, Owner};
 
-use crate::stages::timeline::Timeline;
+use crate::model::Timeline;
 
 pub mod charts;
 pub mod diff;

@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::outputs::summary::schema::{IdleSpread, Retained, percentile};
+use crate::model::SessionState;
+use crate::model::TaskState;
+use crate::model::percentile;
+use crate::model::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
+use crate::model::{Task, Timeline};
+use crate::outputs::summary::schema::{IdleSpread, Retained};
 pub use crate::outputs::summary::schema::{ObjectKind, ObjectSummary, SpawnSite};
-use crate::stages::objects::sessions::SessionState;
-use crate::stages::objects::tasks::TaskState;
-use crate::stages::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
-use crate::stages::timeline::{Task, Timeline};
 
 /// A spawn site no frame of the program names.
 pub const UNKNOWN_SITE: &str = "[unknown]";

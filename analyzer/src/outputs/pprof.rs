@@ -24,7 +24,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use crate::stages::profile::HeapProfile;
+use crate::model::HeapProfile;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Profile {
@@ -178,7 +178,7 @@ pub struct Origin {
 
 impl Origin {
     /// The origin of a timeline's recording.
-    pub fn of(timeline: &crate::stages::timeline::Timeline) -> Self {
+    pub fn of(timeline: &crate::model::Timeline) -> Self {
         let clock = timeline.header.clock;
         Self {
             start_unix_ns: clock
@@ -336,7 +336,7 @@ pub fn gzipped(
 
 /// A timeline's heap profile (see [`gzipped`]).
 pub fn of_timeline(
-    timeline: &crate::stages::timeline::Timeline,
+    timeline: &crate::model::Timeline,
     redactor: Option<&crate::outputs::redact::Redactor>,
 ) -> Result<Vec<u8>> {
     gzipped(&timeline.profile, &Origin::of(timeline), redactor)

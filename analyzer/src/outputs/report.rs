@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 
 use leakscope_recording::Tail;
 
+use crate::model::Timeline;
 use crate::outputs::objects::ObjectKind;
 use crate::outputs::summary::Summary;
 use crate::outputs::verdict::keeps;
-use crate::stages::timeline::Timeline;
 use crate::units::{bytes, estimated_bytes, estimated_count};
 
 /// Names longer than this lose their generic arguments in the report.

@@ -15,9 +15,9 @@
 use leakscope_recording::Header;
 use serde_json::{Value, json};
 
+use crate::model::Category;
+use crate::model::{Sample, Session};
 use crate::outputs::thin::{MAX_MARKERS, MAX_POINTS, thinned};
-use crate::stages::attribute::Category;
-use crate::stages::timeline::{Sample, Session};
 
 /// The trace of a recording of `header`'s target from `start_ns` to `end_ns`,
 /// with times counted from `origin_ns` (may be before or after `start_ns`).

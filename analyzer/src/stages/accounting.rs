@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::StackId;
 
-use crate::stages::attribute::{Category, PerCategory};
+use crate::model::{Category, PerCategory};
 use crate::stages::objects::sessions::{SessionKey, SessionTracker};
 use crate::stages::objects::tasks::{Cell, TaskKey};
 
@@ -54,24 +54,7 @@ impl std::ops::AddAssign for SessionBytes {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CategoryTotals {
-    pub allocated: u64,
-    pub reclaimed: u64,
-    pub live_at_end: u64,
-    /// Live at the end and belonging to a session whose worker is gone.
-    pub retained: u64,
-}
-
-/// Live bytes at one moment.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sample {
-    pub t_s: f64,
-    pub live: PerCategory<u64>,
-    pub reclaimed_total: u64,
-    /// Allocations the recording had made by then (the activity clock).
-    pub allocs: u64,
-}
+use crate::model::{CategoryTotals, STAND_IN_WEIGHT, Sample};
 
 /// A block allocated and not (yet) freed.
 #[derive(Debug, Clone, Copy)]
@@ -98,14 +81,6 @@ pub struct Block {
     /// The task whose poll allocated it (or, for a task's cell, that task).
     pub task: Option<TaskKey>,
 }
-
-/// A sample stands for others when its block was recorded with a chance of
-/// a half or less. A larger block (a map's table past the sampling mean) is
-/// recorded nearly every time: it is the block itself, judged as in a
-/// recording of every call. CI found the difference: a cache's fix kept one
-/// 16.9 KiB table, allocated once at a one-off resize (weight 1.56), and read
-/// undecided as "1 sample too few".
-pub const STAND_IN_WEIGHT: f64 = 2.0;
 
 impl Block {
     /// Whether this block marks its session's map entry: a `session-map`

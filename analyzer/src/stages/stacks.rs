@@ -14,8 +14,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Mapping, ScopeFunction, ScopeKind, StackId};
 
-use crate::stages::attribute::{Category, Rules};
-use crate::stages::symbolize::{Frame, Symbolizer};
+use crate::model::{Category, Frame};
+use crate::stages::attribute::Rules;
+use crate::stages::symbolize::Symbolizer;
 
 pub struct Stacks {
     rules: Rules,

@@ -34,13 +34,7 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer as Blaze};
 use leakscope_recording::Mapping;
 use leakscope_recording::demangle;
 
-/// One frame after symbolization; inlined calls become frames of their own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    /// Demangled, without hash; `0x...` when unknown.
-    pub function: String,
-    pub location: Option<String>,
-}
+use crate::model::Frame;
 
 /// A frame as blazesym gave it, with the source file its code is in.
 struct Resolved {

@@ -12,15 +12,13 @@ use std::collections::HashMap;
 use leakscope_recording::sampling::Sampling;
 use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Tail};
 
-pub use crate::stages::accounting::Sample;
+use crate::model::SessionState;
+use crate::model::TaskState;
 use crate::stages::accounting::{Accounting, Block, SessionBytes};
 use crate::stages::attribute::Rules;
-pub use crate::stages::objects::sessions::SessionState;
 use crate::stages::objects::sessions::SessionTracker;
-pub use crate::stages::objects::tasks::TaskState;
 use crate::stages::objects::tasks::TaskTracker;
 use crate::stages::profile::Allocated;
-pub use crate::stages::sites::Site;
 use crate::stages::stacks::Stacks;
 
 /// Builds the timeline from records (the reader's iterator) in one pass.
@@ -286,7 +284,7 @@ impl Builder {
             self.sessions.free(addr);
         }
         // The last of a session's map-entry blocks gone: closed for good.
-        if block.category == crate::stages::attribute::Category::SessionMap
+        if block.category == crate::model::Category::SessionMap
             && let Some(key) = block.session.map(|s| self.sessions.resolve(s))
             && self.books.closed(key)
         {
@@ -304,7 +302,7 @@ impl Builder {
         let start_ns = self.start_ns.unwrap_or(end_ns);
         let totals = self.books.finish(end_ns, &self.sessions);
         let sites = crate::stages::sites::sites(&totals.live, totals.allocs, &mut self.stacks);
-        let mut rest = crate::stages::sites::Rest::of(&totals.live, totals.allocs, &totals.samples);
+        let mut rest = crate::model::Rest::of(&totals.live, totals.allocs, &totals.samples);
         if rest.sampled {
             let allocated = self.allocated.objects_by_stack();
             rest.weigh_survivors(&totals.live, |stack| {
@@ -424,11 +422,10 @@ impl Builder {
     }
 }
 
-mod model;
 mod warnings;
 
-use model::missing_signals;
-pub use model::{Session, Task, Timeline};
+use crate::model::{Session, Task, Timeline};
+use warnings::missing_signals;
 
 #[cfg(test)]
 mod tests;

@@ -410,9 +410,10 @@ fn wait_for_line<T>(
     }
 }
 
+/// The median (the upper one of an even count), 0 for none: the analyzer's rule.
 pub(super) fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    samples.get(samples.len() / 2).copied().unwrap_or(0.0)
 }
 
 pub(super) fn min(samples: &[f64]) -> f64 {

@@ -5,8 +5,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::*;
+use crate::model::Timeline;
 use crate::outputs::diff::Diff;
-use crate::stages::timeline::Timeline;
 
 /// The diff's charts: `diff-live` (both recordings' live bytes on one scale,
 /// before above after) and `diff-sessions` (retained per session, before and

@@ -15,11 +15,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::model::SessionState;
+use crate::model::Timeline;
+use crate::model::percentile;
+use crate::model::site_name;
 use crate::outputs::objects::ObjectKind;
-use crate::outputs::summary::{Summary, VerdictKind, percentile};
-use crate::stages::objects::sessions::SessionState;
-use crate::stages::sites::site_name;
-use crate::stages::timeline::Timeline;
+use crate::outputs::summary::{Summary, VerdictKind};
 
 pub const FORMAT_VERSION: u32 = 2;
 

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::READABLE_NAME;
+use crate::model::{Timeline, median};
 use crate::outputs::summary::Summary;
-use crate::stages::timeline::Timeline;
 use crate::units::bytes;
 
 /// The sessions' sections: categories, per session, the plateau model, and
@@ -154,13 +154,4 @@ fn top_sites(md: &mut String, summary: &Summary) {
             "No session whose worker ended holds memory; see the findings below for everything else."
         );
     }
-}
-
-fn median(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -26,11 +26,7 @@ pub(crate) mod schema;
 
 pub use schema::*;
 
-use crate::stages::attribute::Category;
-use crate::stages::objects::sessions::SessionState;
-use crate::stages::sites::Site;
-use crate::stages::sites::site_name;
-use crate::stages::timeline::Timeline;
+use crate::model::{Category, SessionState, Site, Timeline, percentile, site_name};
 
 pub const FORMAT_VERSION: u32 = 4;
 
@@ -49,7 +45,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
     for session in &timeline.sessions {
         states.count(session.state);
     }
-    let of_state = |state: SessionState, bytes: fn(&crate::stages::timeline::Session) -> u64| {
+    let of_state = |state: SessionState, bytes: fn(&crate::model::Session) -> u64| {
         timeline
             .sessions
             .iter()
@@ -158,18 +154,4 @@ fn findings(timeline: &Timeline) -> Vec<Finding> {
             leak_candidate: site.is_leak_candidate(),
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percentile;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
-        assert_eq!(percentile(&v, 50.0), 5);
-        assert_eq!(percentile(&v, 90.0), 9);
-        assert_eq!(percentile(&v, 100.0), 10);
-        assert_eq!(percentile(&[], 50.0), 0);
-    }
 }

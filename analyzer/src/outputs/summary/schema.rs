@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use crate::stages::objects::ObjectKind;
-use crate::stages::objects::sessions::SessionState;
+pub use crate::model::ObjectKind;
+use crate::model::{SessionState, percentile};
 
 #[derive(Debug, Serialize)]
 pub struct Summary {
@@ -174,15 +174,6 @@ pub struct Finding {
 pub struct PerEvent {
     pub event: &'static str,
     pub bytes: u64,
-}
-
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// One kind's objects at the end of a recording (`summary.json`'s `objects`).

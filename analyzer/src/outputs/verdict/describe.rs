@@ -4,8 +4,8 @@ use leakscope_recording::frames::short_name;
 use leakscope_recording::sampling::Sampling;
 
 use super::{DAY_S, MIN_LEAK_BYTES, MIN_LEAK_BYTES_PER_DAY};
+use crate::model::{Site, site_name};
 use crate::outputs::summary::schema::SpawnSite;
-use crate::stages::sites::{Site, site_name};
 use crate::units::{bytes, estimated_bytes, estimated_count};
 
 /// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s

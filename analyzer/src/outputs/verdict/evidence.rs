@@ -4,9 +4,9 @@
 
 use leakscope_recording::sampling::Sampling;
 
+use crate::model::{Rest, Site};
+use crate::model::{SessionState, Timeline};
 use crate::outputs::summary::schema::{ObjectKind, SpawnSite, States, Summary};
-use crate::stages::sites::{Rest, Site};
-use crate::stages::timeline::{SessionState, Timeline};
 
 /// Everything a verdict rests on.
 #[derive(Debug, Clone, Default)]

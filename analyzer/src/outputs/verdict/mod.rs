@@ -10,10 +10,10 @@
 //!    (a leak, and why). Only when every session left the map is it "no leak",
 //!    unless a site outside sessions grows.
 //! 3. Without sessions: a site that keeps a block per request or event (a
-//!    leak candidate, [`crate::stages::sites::Site::is_leak_candidate`]) is a leak;
+//!    leak candidate, [`crate::model::Site::is_leak_candidate`]) is a leak;
 //!    "no leak" when every byte allocated during the recording was freed, or
 //!    all but a bounded rest, no more than what was live half-way through
-//!    the activity ([`crate::stages::sites::Rest::settled`]);
+//!    the activity ([`crate::model::Rest::settled`]);
 //!    else undecided, with what a longer recording would tell.
 //! 4. Tasks, with or without sessions: tasks spawned from one function outside
 //!    sessions that pile up parked, none ending, are a leak
@@ -31,9 +31,9 @@ use describe::{describe_growth, describe_parked, describe_site, describe_small};
 pub use evidence::Evidence;
 pub use reaping::Reaping;
 
+use crate::model::Site;
+use crate::model::Timeline;
 use crate::outputs::summary::schema::{Summary, VerdictKind};
-use crate::stages::sites::Site;
-use crate::stages::timeline::Timeline;
 use crate::units::bytes;
 
 /// The report's first line, in plain words, and its kind.
@@ -142,7 +142,7 @@ pub fn decide(evidence: &Evidence) -> (VerdictKind, String) {
             ),
         );
     }
-    let why = if rest.allocations < crate::stages::sites::MIN_SETTLED_ALLOCATIONS {
+    let why = if rest.allocations < crate::model::sites::MIN_SETTLED_ALLOCATIONS {
         format!(
             "{} {} too few to tell a bounded rest from growth",
             rest.allocations,
@@ -161,7 +161,7 @@ pub fn decide(evidence: &Evidence) -> (VerdictKind, String) {
             } else {
                 "samples are"
             },
-            crate::stages::sites::MIN_BLOCKS
+            crate::model::sites::MIN_BLOCKS
         )
     } else {
         format!(
@@ -322,7 +322,7 @@ fn caveat(lost: u64) -> String {
 }
 
 /// A leak claim needs growth that matters: at least [`MIN_LEAK_BYTES`] kept...
-pub use crate::stages::sites::MIN_LEAK_BYTES;
+pub use crate::model::sites::MIN_LEAK_BYTES;
 /// ...at a rate that comes to at least this much a day. A server that
 /// grows 1 MiB a day is not the one a user is hunting, and growth of a few
 /// KiB in minutes is as likely a map settling to its size: on Apollo MCP

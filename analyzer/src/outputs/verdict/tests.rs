@@ -3,9 +3,10 @@
 
 use super::evidence::SessionFigures;
 use super::*;
+use crate::model::Category;
+use crate::model::Rest;
+use crate::model::sites::MIN_SETTLED_ALLOCATIONS;
 use crate::outputs::summary::schema::{Retained, SpawnSite, States};
-use crate::stages::attribute::Category;
-use crate::stages::sites::{MIN_SETTLED_ALLOCATIONS, Rest};
 use leakscope_recording::sampling::Sampling;
 
 #[test]

@@ -8,15 +8,5 @@
 //! are the session's too. `summary.json`'s `objects` is their view by kind
 //! (`outputs::objects`).
 
-use serde::Serialize;
-
 pub mod sessions;
 pub mod tasks;
-
-/// The kinds of lifecycle objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ObjectKind {
-    Session,
-    Task,
-}

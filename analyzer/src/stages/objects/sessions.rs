@@ -34,7 +34,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use leakscope_recording::{Phase, ScopeKind};
 
-use crate::stages::attribute::Category;
+use crate::model::Category;
 
 /// Sessions created and waiting for their worker's spawn, at most (a create whose
 /// spawn never comes, e.g. a failed request, must not grow this forever).
@@ -407,9 +407,6 @@ fn exit(depth: &mut HashMap<u32, u32>, tid: u32) -> bool {
 }
 
 mod in_process;
-mod state;
-
-pub use state::SessionState;
 
 #[cfg(test)]
 mod tests;

@@ -23,34 +23,12 @@ use crate::stages::objects::sessions::SessionKey;
 /// A task as this stage knows it (an index into its list).
 pub type TaskKey = u32;
 
-/// Where a task stands at the end of a recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TaskState {
-    /// Its cell was freed.
-    Ended,
-    /// Its end was not seen, and it was polled lately.
-    Alive,
-    /// Its end was not seen, and it was not polled for most of its time in the
-    /// recording (at least [`PARKED_MIN_IDLE_NS`]): waiting for something that
-    /// does not come, or for a long time.
-    Parked,
-}
+use crate::model::TaskState;
 
 /// A task idle for less than this is not parked, whatever its age.
 pub const PARKED_MIN_IDLE_NS: u64 = 1_000_000_000;
 
 impl TaskState {
-    pub const ALL: [TaskState; 3] = [TaskState::Ended, TaskState::Alive, TaskState::Parked];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            TaskState::Ended => "ended",
-            TaskState::Alive => "alive",
-            TaskState::Parked => "parked",
-        }
-    }
-
     /// The state of `life` at `end_ns` of a recording that began at `start_ns`.
     pub fn of(life: &TaskLife, start_ns: u64, end_ns: u64) -> Self {
         if life.end_ns.is_some() {
@@ -235,7 +213,7 @@ const SPAWN_PATH: &[&str] = &["tokio", "tracing", "tracing_core", "tracing_subsc
 /// the program's own frame past tokio's spawn path, the allocator and the
 /// standard library; `None` when the stack has no such frame (a build without
 /// frame pointers stops inside tokio).
-pub fn spawn_site(frames: Vec<crate::stages::symbolize::Frame>) -> Option<String> {
+pub fn spawn_site(frames: Vec<crate::model::Frame>) -> Option<String> {
     let outside_tokio: Vec<&str> = frames
         .iter()
         .map(|f| f.function.as_str())

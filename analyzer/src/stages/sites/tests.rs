@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::Frame;
 use crate::stages::attribute::Rules;
 
 fn block(ts: u64, size: u64, stack: Option<StackId>) -> Block {
@@ -72,8 +73,8 @@ fn allocator_frames_are_trimmed_from_the_inner_end() {
 
 /// A live block of `size` bytes, the `seq`-th allocation of the recording.
 /// The accounting's sample of `live` bytes at allocation `allocs`.
-fn half_way(allocs: u64, live: u64) -> Vec<crate::stages::accounting::Sample> {
-    let mut sample = crate::stages::accounting::Sample {
+fn half_way(allocs: u64, live: u64) -> Vec<crate::model::Sample> {
+    let mut sample = crate::model::Sample {
         t_s: 1.0,
         live: Default::default(),
         reclaimed_total: 0,

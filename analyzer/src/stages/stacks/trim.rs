@@ -5,7 +5,7 @@ use wildmatch::WildMatch;
 
 use leakscope_recording::frames::ALLOCATOR_FRAMES;
 
-use crate::stages::symbolize::Frame;
+use crate::model::Frame;
 
 /// Trims allocator frames from the inner end of a stack.
 pub struct Trimmer {

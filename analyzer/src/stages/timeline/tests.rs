@@ -4,7 +4,7 @@ use leakscope_recording::{AllocLayer, ClockOrigin, Phase, Producer, Record, Scop
 
 use super::*;
 use crate::analyze;
-use crate::stages::attribute::Category;
+use crate::model::Category;
 
 const GRACE: u64 = 1_000_000_000;
 

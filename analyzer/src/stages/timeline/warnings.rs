@@ -36,3 +36,35 @@ pub(super) fn of(header: &Header, tail: &Tail, stacks: &Stacks) -> Vec<String> {
     }
     warnings
 }
+
+/// The lifecycle signals a recording lacks, from the scopes its preset named
+/// that matched nothing, each with what the verdict cannot claim without it.
+pub(super) fn missing_signals(header: &leakscope_recording::Header) -> Vec<String> {
+    use leakscope_recording::ScopeKind;
+    header
+        .settings
+        .missing_scopes
+        .iter()
+        .filter_map(|kind| {
+            let consequence = match kind {
+                ScopeKind::SessionCreate => {
+                    "no session births: sessions cannot be counted; see the findings by call site"
+                }
+                ScopeKind::WorkerSpawn => {
+                    "no worker spawns: the worker's task is not linked to its session"
+                }
+                ScopeKind::WorkerPoll => {
+                    "no worker polls: the worker's own allocations are not charged to sessions"
+                }
+                ScopeKind::WorkerDrop => {
+                    "no worker ends: a kept entry cannot be told leaked from live (reported unknown)"
+                }
+                ScopeKind::SessionClose
+                | ScopeKind::SessionSpan
+                | ScopeKind::TaskPoll
+                | ScopeKind::TaskPollEnd => return None,
+            };
+            Some(format!("{}: {consequence}", kind.name()))
+        })
+        .collect()
+}

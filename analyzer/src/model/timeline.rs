@@ -3,12 +3,9 @@
 
 use leakscope_recording::{EndReason, Header, LostReason, Tail};
 
-use crate::stages::accounting::{CategoryTotals, Sample};
-use crate::stages::attribute::PerCategory;
-use crate::stages::objects::sessions::SessionState;
-use crate::stages::objects::tasks::TaskState;
-use crate::stages::profile::HeapProfile;
-use crate::stages::sites::Site;
+use super::{
+    CategoryTotals, HeapProfile, PerCategory, Rest, Sample, SessionState, Site, TaskState,
+};
 
 /// One session as the recording shows it: its lifecycle and its bytes.
 #[derive(Debug, Clone, Default)]
@@ -28,11 +25,11 @@ pub struct Session {
     pub state: SessionState,
     /// How long it had done nothing at the end (no birth, no worker poll since).
     pub idle_ns: u64,
-    /// Polls of its worker seen ([`crate::stages::objects::sessions::SessionLife::polls`]).
+    /// Polls of its worker seen (the sessions stage's `SessionLife::polls`).
     pub polls: u32,
 }
 
-/// One tokio task as the recording shows it ([`crate::stages::objects::tasks`]).
+/// One tokio task as the recording shows it (the tasks stage, `stages/objects/tasks.rs`).
 #[derive(Debug, Clone)]
 pub struct Task {
     /// `None`: spawned before the recording began.
@@ -82,7 +79,7 @@ pub struct Timeline {
     pub sites: Vec<Site>,
     /// What survives of the recording's allocations, by when in the target's
     /// activity it was allocated (a warm-up's rest, or growth).
-    pub rest: crate::stages::sites::Rest,
+    pub rest: Rest,
     /// Every stack's allocations and live blocks, for the pprof output.
     pub profile: HeapProfile,
     /// Time zero of the application's own trace (`tracing-chrome`), if the
@@ -99,36 +96,4 @@ impl Timeline {
     pub fn duration_s(&self) -> f64 {
         (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9
     }
-}
-
-/// The lifecycle signals a recording lacks, from the scopes its preset named
-/// that matched nothing, each with what the verdict cannot claim without it.
-pub(super) fn missing_signals(header: &Header) -> Vec<String> {
-    use leakscope_recording::ScopeKind;
-    header
-        .settings
-        .missing_scopes
-        .iter()
-        .filter_map(|kind| {
-            let consequence = match kind {
-                ScopeKind::SessionCreate => {
-                    "no session births: sessions cannot be counted; see the findings by call site"
-                }
-                ScopeKind::WorkerSpawn => {
-                    "no worker spawns: the worker's task is not linked to its session"
-                }
-                ScopeKind::WorkerPoll => {
-                    "no worker polls: the worker's own allocations are not charged to sessions"
-                }
-                ScopeKind::WorkerDrop => {
-                    "no worker ends: a kept entry cannot be told leaked from live (reported unknown)"
-                }
-                ScopeKind::SessionClose
-                | ScopeKind::SessionSpan
-                | ScopeKind::TaskPoll
-                | ScopeKind::TaskPollEnd => return None,
-            };
-            Some(format!("{}: {consequence}", kind.name()))
-        })
-        .collect()
 }

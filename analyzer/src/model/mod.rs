@@ -1,0 +1,31 @@
+//! The model: the plain data the stages produce and the outputs only read.
+//!
+//! A [`Timeline`] is what one pass over a recording made of it: its sessions
+//! and tasks (each in a state of [`objects`]), live bytes over time
+//! ([`figures`]), the survivors by call site and the rest ([`sites`]), every
+//! stack's allocations ([`profile`]). The stages (`crate::stages`) fill it in
+//! and may import it; the outputs (`crate::outputs`) read it, and import
+//! nothing of the stages. One [`percentile`] and one [`median`] are quoted
+//! everywhere ([`stats`]).
+//!
+//! A new kind of lifecycle object is a tracker (`stages/objects/`), a kind
+//! and its states here, and its view (`outputs/objects.rs`).
+
+pub mod categories;
+pub mod figures;
+pub mod frame;
+pub mod objects;
+pub mod profile;
+mod session_state;
+pub mod sites;
+pub mod stats;
+pub mod timeline;
+
+pub use categories::{Category, PerCategory};
+pub use figures::{CategoryTotals, Sample};
+pub use frame::Frame;
+pub use objects::{ObjectKind, SessionState, TaskState};
+pub use profile::{HeapProfile, Location, ProfileSample, Usage};
+pub use sites::{Rest, STAND_IN_WEIGHT, Site, site_name};
+pub use stats::{median, percentile};
+pub use timeline::{Session, Task, Timeline};
