@@ -95,6 +95,15 @@ impl<W: Write> RecordingWriter<W> {
         })
     }
 
+    /// Compresses at zstd's fastest level from now on, whatever the
+    /// recording's sampling: for a stream that another writer re-encodes
+    /// (the cooperative target's, which the probe decodes and writes to its
+    /// file at the recording's level), where the CPU spent is the target's.
+    pub fn compress_fastest(&mut self) -> io::Result<()> {
+        self.compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+        Ok(())
+    }
+
     /// The id of the stack `frames` (return addresses, innermost first), writing a
     /// [`Record::Stack`] the first time it is seen; `None` for an empty stack.
     /// Looks up by slice, so a known stack (the common case) costs no allocation.

@@ -139,6 +139,7 @@ impl Recorder {
         header.frame_pointers = frame_pointers;
         header.sampling = sampling;
         sampler::configure(sampling);
+        let stream = matches!(sink, Sink::Stream(..));
         let (out, path): (Box<dyn Write + Send>, PathBuf) = match sink {
             Sink::File(path) => {
                 // A fresh 0600 file, never written through a link planted
@@ -182,7 +183,7 @@ impl Recorder {
                 while mode() == Mode::Busy {
                     std::thread::park();
                 }
-                let begun = begin(out, &header, mappings)
+                let begun = begin(out, stream, &header, mappings)
                     .with_context(|| format!("cannot write {}", name.display()));
                 let _ = ready.send(begun.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
                 match begun {

@@ -20,13 +20,20 @@ use super::own;
 pub(super) type Writer = RecordingWriter<Box<dyn Write + Send>>;
 
 /// Writes the header and what comes before the events: the mappings, and
-/// the application trace's time zero when there is one.
+/// the application trace's time zero when there is one. A `stream` to the
+/// probe is compressed at the fastest level: the probe decodes it and writes
+/// the file at the recording's (a sampled one's zstd 9 cost the target's
+/// CPU at saturation for bytes the probe compresses again).
 pub(super) fn begin(
     out: Box<dyn Write + Send>,
+    stream: bool,
     header: &Header,
     mappings: Vec<Mapping>,
 ) -> Result<Writer> {
     let mut writer = RecordingWriter::new(out, header)?;
+    if stream {
+        writer.compress_fastest()?;
+    }
     for mapping in mappings {
         writer.push(Record::Mapping(mapping))?;
     }
