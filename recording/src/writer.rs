@@ -14,7 +14,8 @@ const FRAME_RECORDS: usize = 8192;
 
 /// zstd's fastest level: records frames compress several times over (timestamps,
 /// thread ids and addresses repeat their high bytes), at a cost the producer
-/// pays on its own thread, never the target.
+/// pays on its own thread (the probe's; in-process, a thread of the target's,
+/// which is why a stream to the probe stays at this level: `compress_fastest`).
 const ZSTD_LEVEL: i32 = 1;
 
 /// A sampled recording's frames are cut at most this often by
