@@ -38,7 +38,13 @@ pub use model::{
 pub use outputs::diff::Diff;
 /// The diff of two analysed recordings, each (its name, summary, timeline).
 pub use outputs::diff::diff as diff_timelines;
-pub use outputs::summary::{Summary, VerdictKind, summarize};
+/// `summary.json`'s types (see [`Summary`]): what other tools and the
+/// fixtures' tests read back with serde.
+pub use outputs::summary::{
+    CategorySummary, Events, FORMAT_VERSION, Finding, IdleSpread, ObjectKind, ObjectSummary,
+    PerEvent, Retained, SamplingSummary, Sessions, SiteSummary, SpawnSite, Spread, States, Summary,
+    VerdictKind, summarize,
+};
 pub use outputs::{InMemory, OutputDir, Sink, write_diff, write_report};
 pub use stages::attribute::Rules;
 pub use stages::symbolize::Symbolizer;
@@ -335,6 +341,42 @@ mod tests {
             profile.string_table
         );
         assert!(profile.string_table.iter().any(|s| s == "fixture-server"));
+    }
+
+    /// `summary.json` reads back into [`Summary`] (what the fixtures' tests and
+    /// other tools read), and that writes out the same fields and values.
+    #[test]
+    fn summary_json_reads_back_into_its_type() {
+        let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings/leaky-5-sessions.lsrec");
+        let temp = tempfile::tempdir().unwrap();
+        let out_dir = temp.path().join("leakscope-summary-type");
+        let summary = report(
+            &recording,
+            &ReportOptions {
+                out_dir: out_dir.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .summary;
+        let text = std::fs::read_to_string(out_dir.join("summary.json")).unwrap();
+        let read: Summary = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            serde_json::to_value(&read).unwrap(),
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()
+        );
+        assert_eq!(read.verdict, summary.verdict);
+        assert_eq!(read.verdict_kind, summary.verdict_kind);
+        assert_eq!(read.producer, summary.producer);
+        assert_eq!(
+            read.objects.keys().collect::<Vec<_>>(),
+            summary.objects.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            read.objects[&ObjectKind::Session].states,
+            summary.objects[&ObjectKind::Session].states
+        );
     }
 
     /// Every output of a report, from the checked-in leaky sample recording.

@@ -1,12 +1,12 @@
 //! The lifecycle objects' kinds and where each stands at the end of a
 //! recording (the trackers of `stages/objects/` decide it).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use super::session_state::SessionState;
 
 /// The kinds of lifecycle objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ObjectKind {
     Session,

@@ -52,10 +52,12 @@ pub fn objects(timeline: &Timeline) -> BTreeMap<ObjectKind, ObjectSummary> {
 
 fn sessions(timeline: &Timeline) -> ObjectSummary {
     let sessions = &timeline.sessions;
-    let mut states: BTreeMap<&'static str, u64> =
-        SessionState::ALL.iter().map(|s| (s.name(), 0)).collect();
+    let mut states: BTreeMap<String, u64> = SessionState::ALL
+        .iter()
+        .map(|s| (s.name().to_owned(), 0))
+        .collect();
     for s in sessions {
-        *states.entry(s.state.name()).or_default() += 1;
+        *states.entry(s.state.name().to_owned()).or_default() += 1;
     }
     let live = || sessions.iter().filter(|s| s.state == SessionState::Live);
     ObjectSummary {
@@ -76,10 +78,12 @@ fn sessions(timeline: &Timeline) -> ObjectSummary {
 
 fn tasks(timeline: &Timeline) -> ObjectSummary {
     let tasks = &timeline.tasks;
-    let mut states: BTreeMap<&'static str, u64> =
-        TaskState::ALL.iter().map(|s| (s.name(), 0)).collect();
+    let mut states: BTreeMap<String, u64> = TaskState::ALL
+        .iter()
+        .map(|s| (s.name().to_owned(), 0))
+        .collect();
     for t in tasks {
-        *states.entry(t.state.name()).or_default() += 1;
+        *states.entry(t.state.name().to_owned()).or_default() += 1;
     }
     let alive = || tasks.iter().filter(|t| t.state != TaskState::Ended);
     ObjectSummary {

@@ -24,9 +24,10 @@ use anyhow::{Context, Result, bail};
 use leakscope_fixtures::cache::{self, ENTRY_BYTES};
 use leakscope_fixtures::process::{FixtureProcess, ProbeProcess};
 use leakscope_recording::{EndReason, Record, RecordingReader, RecordingWriter};
-use serde_json::{Value, json};
+use serde::Deserialize;
 
 use super::analyzer::{Copies, replay, time_report};
+use super::results::{AlwaysOn, DayRead, Detection, Disk, DiskRow, Outcome};
 
 /// The default mean, as `attach --sample` takes it.
 const MEAN_BYTES: u64 = 512 * 1024;
@@ -38,7 +39,7 @@ const DAY_S: f64 = 86_400.0;
 /// The probe finishes its recording on it.
 const SIGINT: i32 = 2;
 /// Reports of the recording cut this often, to find when the leak is named.
-const CUT_EVERY_S: u64 = 5;
+pub(super) const CUT_EVERY_S: u64 = 5;
 
 pub(super) struct AlwaysOnEnv<'a> {
     pub bin: &'a Path,
@@ -50,37 +51,43 @@ pub(super) struct AlwaysOnEnv<'a> {
     pub day: bool,
 }
 
-pub(super) fn always_on(env: &AlwaysOnEnv) -> Result<Value> {
-    let mut out = json!({
-        "mean_bytes": MEAN_BYTES,
-        "cache_requests_per_s": REQUESTS_PER_S,
-        "cache_leak_bytes_per_s": REQUESTS_PER_S * ENTRY_BYTES as f64,
-        "predicted_detection_s": 10.0 * MEAN_BYTES as f64 / (REQUESTS_PER_S * ENTRY_BYTES as f64),
-    });
-    for (mode, server) in [
-        ("ebpf", "cache-server-jemalloc"),
-        ("cooperative", "cache-server-cooperative"),
-    ] {
+pub(super) fn always_on(env: &AlwaysOnEnv) -> Result<AlwaysOn> {
+    let leak_bytes_per_s = REQUESTS_PER_S * ENTRY_BYTES as f64;
+    let detect = |mode: &str, server: &str| {
         eprintln!("always on: {mode} ({server}), {} s", env.seconds);
-        out[mode] = detection(env, mode, server).unwrap_or_else(|e| {
+        let detected = detection(env, mode, server);
+        if let Err(e) = &detected {
             eprintln!("always on, {mode}: {e:#}");
-            json!({ "skipped": format!("{e:#}") })
-        });
-    }
-    out["disk"] = json!({
-        "cache_server": disk_cache(env).unwrap_or_else(skipped),
-        "fixture_server_sessions": disk_sessions(env).unwrap_or_else(skipped),
-    });
-    if env.day {
-        out["day_read"] =
-            day_read(env, &out["disk"]["fixture_server_sessions"]).unwrap_or_else(skipped);
-    }
-    Ok(out)
+        }
+        Outcome::of(detected)
+    };
+    let ebpf = detect("ebpf", "cache-server-jemalloc");
+    let cooperative = detect("cooperative", "cache-server-cooperative");
+    let disk = Disk {
+        cache_server: skipped(disk_cache(env)),
+        fixture_server_sessions: skipped(disk_sessions(env)),
+    };
+    let day_read = env
+        .day
+        .then(|| skipped(day_read(env, &disk.fixture_server_sessions)));
+    Ok(AlwaysOn {
+        mean_bytes: MEAN_BYTES,
+        cache_requests_per_s: REQUESTS_PER_S,
+        cache_leak_bytes_per_s: leak_bytes_per_s,
+        predicted_detection_s: 10.0 * MEAN_BYTES as f64 / leak_bytes_per_s,
+        ebpf,
+        cooperative,
+        disk,
+        day_read,
+    })
 }
 
-fn skipped(e: anyhow::Error) -> Value {
-    eprintln!("always on: {e:#}");
-    json!({ "skipped": format!("{e:#}") })
+/// `result`, or why it failed, said on stderr too.
+fn skipped<T>(result: Result<T>) -> Outcome<T> {
+    if let Err(e) = &result {
+        eprintln!("always on: {e:#}");
+    }
+    Outcome::of(result)
 }
 
 /// A cache server recorded sampled for `env.seconds` at the load; the
@@ -117,14 +124,14 @@ fn attach(env: &AlwaysOnEnv, pid: u32, recording: &Path, extra: &[&str]) -> Resu
     )
 }
 
-fn detection(env: &AlwaysOnEnv, mode: &str, server: &str) -> Result<Value> {
+fn detection(env: &AlwaysOnEnv, mode: &str, server: &str) -> Result<Detection> {
     let (recording, sent, _) =
         record_cache(env, server, &["--sample"], &format!("always-on-{mode}"))?;
     let leakscope = env.bin.join("leakscope");
     let summary = report(&leakscope, &recording, env.scratch)?;
     let kept = sent * ENTRY_BYTES as u64;
-    let top = &summary["findings"][0];
-    let estimate = top["live_bytes"].as_u64().unwrap_or(0);
+    let top = summary.findings.first();
+    let estimate = top.map_or(0, |f| f.live_bytes);
     let mut named_after = None;
     let mut cut = CUT_EVERY_S;
     while cut < env.seconds + CUT_EVERY_S {
@@ -132,37 +139,44 @@ fn detection(env: &AlwaysOnEnv, mode: &str, server: &str) -> Result<Value> {
         cut_recording(&recording, &prefix, cut)?;
         let s = report(&leakscope, &prefix, env.scratch)?;
         let _ = std::fs::remove_file(&prefix);
-        let named = s["verdict_kind"] == "leak"
-            && s["findings"][0]["name"]
-                .as_str()
-                .is_some_and(|n| n.ends_with("cache::remember"));
-        eprintln!("always on, {mode}: first {cut} s: {}", s["verdict"]);
+        let named = s.verdict_kind == "leak"
+            && s.findings
+                .first()
+                .is_some_and(|f| f.name.ends_with("cache::remember"));
+        eprintln!("always on, {mode}: first {cut} s: {:?}", s.verdict);
         if named {
             named_after = Some(cut);
             break;
         }
         cut += CUT_EVERY_S;
     }
-    Ok(json!({
-        "server": server,
-        "seconds": env.seconds,
-        "requests": sent,
-        "kept_bytes": kept,
-        "named_after_s": named_after,
-        "verdict": summary["verdict"],
-        "site": top["name"],
-        "estimated_bytes": estimate,
-        "samples": top["samples"],
-        "relative_error": top["relative_error"],
-        "estimate_vs_kept": estimate as f64 / kept as f64,
-        "recorded_events": summary["events"]["alloc"],
-        "file_bytes": std::fs::metadata(&recording)?.len(),
-    }))
+    let vs_kept = estimate as f64 / kept as f64;
+    Ok(Detection {
+        server: server.to_owned(),
+        seconds: env.seconds,
+        requests: sent,
+        kept_bytes: kept,
+        named_after_s: named_after,
+        verdict: summary.verdict,
+        site: top.map(|f| f.name.clone()),
+        estimated_bytes: estimate,
+        samples: top.map(|f| f.samples),
+        relative_error: top.map(|f| f.relative_error),
+        estimate_vs_kept: vs_kept.is_finite().then_some(vs_kept),
+        recorded_events: summary.events.alloc,
+        file_bytes: std::fs::metadata(&recording)?.len(),
+    })
 }
 
 /// Bytes a sampled recording writes per second and allocations per second
-/// under the same load, and what a day at 10 k allocations/s writes.
-fn per_day(sampled: &Path, sampled_s: f64, every: &Path, every_s: f64) -> Result<Value> {
+/// under the same load (`load`), and what a day at 10 k allocations/s writes.
+fn per_day(
+    sampled: &Path,
+    sampled_s: f64,
+    every: &Path,
+    every_s: f64,
+    load: String,
+) -> Result<DiskRow> {
     // What each file (or segment) writes once, before any event: its header
     // and the target's mappings, the probe's first frame. On a quiet load it
     // is most of a short recording, and no part of a day's rate.
@@ -173,17 +187,21 @@ fn per_day(sampled: &Path, sampled_s: f64, every: &Path, every_s: f64) -> Result
     let allocs_per_s = allocations(every)? as f64 / every_s;
     let records_per_s = RecordingReader::open(sampled)?.count() as f64 / sampled_s;
     let scale = DAY_ALLOCS_PER_S / allocs_per_s;
-    Ok(json!({
-        "file_start_bytes": once,
-        "sampled_bytes_per_s": bytes_per_s,
-        "sampled_records_per_s": records_per_s,
-        "allocs_per_s": allocs_per_s,
-        "day_bytes_at_10k_allocs_per_s": bytes_per_s * scale * DAY_S,
-        "day_records_at_10k_allocs_per_s": records_per_s * scale * DAY_S,
-    }))
+    // No allocation to scale by: no day (null in the file).
+    let day = |per_s: f64| Some(per_s * scale * DAY_S).filter(|v| v.is_finite());
+    Ok(DiskRow {
+        file_start_bytes: once,
+        sampled_bytes_per_s: bytes_per_s,
+        sampled_records_per_s: records_per_s,
+        allocs_per_s,
+        day_bytes_at_10k_allocs_per_s: day(bytes_per_s),
+        day_records_at_10k_allocs_per_s: day(records_per_s),
+        load,
+        sessions_per_s: None,
+    })
 }
 
-fn disk_cache(env: &AlwaysOnEnv) -> Result<Value> {
+fn disk_cache(env: &AlwaysOnEnv) -> Result<DiskRow> {
     let short = AlwaysOnEnv {
         seconds: 20,
         ..*env
@@ -196,11 +214,8 @@ fn disk_cache(env: &AlwaysOnEnv) -> Result<Value> {
     )?;
     let (every, _, every_s) =
         record_cache(&short, "cache-server-jemalloc", &[], "disk-cache-every")?;
-    let mut row = per_day(&sampled, sampled_s, &every, every_s)?;
-    row["load"] = json!(format!(
-        "cache-server-jemalloc, {REQUESTS_PER_S} requests/s"
-    ));
-    Ok(row)
+    let load = format!("cache-server-jemalloc, {REQUESTS_PER_S} requests/s");
+    per_day(&sampled, sampled_s, &every, every_s, load)
 }
 
 /// Sessions at a rate for `seconds` under the probe (`extra` its flags).
@@ -243,7 +258,7 @@ fn record_sessions(
 
 const SESSIONS_PER_S: u64 = 30;
 
-fn disk_sessions(env: &AlwaysOnEnv) -> Result<Value> {
+fn disk_sessions(env: &AlwaysOnEnv) -> Result<DiskRow> {
     let (sampled, sampled_s) = record_sessions(
         env,
         &["--sample"],
@@ -252,20 +267,22 @@ fn disk_sessions(env: &AlwaysOnEnv) -> Result<Value> {
         SESSIONS_PER_S,
     )?;
     let (every, every_s) = record_sessions(env, &[], "disk-sessions-every", 10, SESSIONS_PER_S)?;
-    let mut row = per_day(&sampled, sampled_s, &every, every_s)?;
-    row["load"] = json!(format!(
-        "fixture-server --composition service, {SESSIONS_PER_S} new sessions/s (churn)"
-    ));
-    row["sessions_per_s"] = json!(SESSIONS_PER_S);
-    Ok(row)
+    let load =
+        format!("fixture-server --composition service, {SESSIONS_PER_S} new sessions/s (churn)");
+    let row = per_day(&sampled, sampled_s, &every, every_s, load)?;
+    Ok(DiskRow {
+        sessions_per_s: Some(SESSIONS_PER_S),
+        ..row
+    })
 }
 
 /// The fixture's sampled recording replayed to a day's records at 10 k
 /// allocations/s, and the report timed on it.
-fn day_read(env: &AlwaysOnEnv, disk: &Value) -> Result<Value> {
+fn day_read(env: &AlwaysOnEnv, disk: &Outcome<DiskRow>) -> Result<DayRead> {
     let source = env.scratch.join("disk-sessions-sampled.lsrec");
-    let records = disk["day_records_at_10k_allocs_per_s"]
-        .as_f64()
+    let records = disk
+        .measured()
+        .and_then(|row| row.day_records_at_10k_allocs_per_s)
         .context("no day estimate")? as u64;
     let day = env.scratch.join("always-on-day.lsrec");
     let written = replay(&source, &day, records, Copies::Whole)?;
@@ -273,15 +290,38 @@ fn day_read(env: &AlwaysOnEnv, disk: &Value) -> Result<Value> {
     let (seconds, peak_rss, _) = time_report(&leakscope, &day, env.scratch)?;
     let bytes = std::fs::metadata(&day)?.len();
     let _ = std::fs::remove_file(&day);
-    Ok(json!({
-        "records": written,
-        "file_bytes": bytes,
-        "report_seconds": seconds,
-        "peak_rss_bytes": peak_rss,
-    }))
+    Ok(DayRead {
+        records: written,
+        file_bytes: bytes,
+        report_seconds: seconds,
+        peak_rss_bytes: peak_rss,
+    })
 }
 
-fn report(leakscope: &Path, recording: &Path, scratch: &Path) -> Result<Value> {
+/// What the bench reads of a report's summary.json.
+#[derive(Deserialize)]
+struct Summary {
+    verdict_kind: String,
+    verdict: String,
+    /// Most live bytes first.
+    findings: Vec<Finding>,
+    events: Events,
+}
+
+#[derive(Deserialize)]
+struct Finding {
+    name: String,
+    live_bytes: u64,
+    samples: u64,
+    relative_error: f64,
+}
+
+#[derive(Deserialize)]
+struct Events {
+    alloc: u64,
+}
+
+fn report(leakscope: &Path, recording: &Path, scratch: &Path) -> Result<Summary> {
     let out = scratch.join("always-on-report");
     let status = Command::new(leakscope)
         .arg("report")
@@ -335,96 +375,4 @@ fn cut_recording(source: &Path, out: &Path, seconds: u64) -> Result<()> {
         reason: EndReason::Interrupted,
     })?;
     Ok(())
-}
-
-/// The section of BENCHMARKS.md for [`always_on`]'s results.
-pub(super) fn render(md: &mut String, a: &Value) {
-    use std::fmt::Write as _;
-    if a.is_null() {
-        return;
-    }
-    let mib = |v: &Value| v.as_f64().unwrap_or(0.0) / (1024.0 * 1024.0);
-    let _ = writeln!(
-        md,
-        "## Left on: sampled at 512 KiB\n\n`cache-server` leaking 1 KiB per request at {} \
-         requests/s ({:.0} KiB/s), recorded with `attach --sample` (512 KiB) for {} s in each \
-         mode; the recording's first N seconds cut every {CUT_EVERY_S} s and reported until the \
-         verdict names `cache::remember` (docs/report.md predicts `10 T / L` = {:.0} s), and the \
-         whole recording's estimate against what the server kept (requests x 1 KiB).\n\n\
-         | mode | named after | estimated | kept | estimate / kept | samples | ± | file |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        a["cache_requests_per_s"],
-        a["cache_leak_bytes_per_s"].as_f64().unwrap_or(0.0) / 1024.0,
-        a["ebpf"]["seconds"],
-        a["predicted_detection_s"].as_f64().unwrap_or(0.0),
-    );
-    for (mode, label) in [
-        ("ebpf", "eBPF probe (`cache-server-jemalloc`)"),
-        (
-            "cooperative",
-            "cooperative allocator (`cache-server-cooperative`)",
-        ),
-    ] {
-        let r = &a[mode];
-        if let Some(why) = r["skipped"].as_str() {
-            let _ = writeln!(md, "| {label} | skipped: {why} | | | | | | |");
-            continue;
-        }
-        let _ = writeln!(
-            md,
-            "| {label} | {} | {:.2} MiB | {:.2} MiB | {:.2} | {} | {:.0}% | {:.0} KiB |",
-            r["named_after_s"]
-                .as_u64()
-                .map_or("not named".to_owned(), |s| format!("{s} s")),
-            mib(&r["estimated_bytes"]),
-            mib(&r["kept_bytes"]),
-            r["estimate_vs_kept"].as_f64().unwrap_or(0.0),
-            r["samples"],
-            r["relative_error"].as_f64().unwrap_or(0.0) * 100.0,
-            r["file_bytes"].as_f64().unwrap_or(0.0) / 1024.0,
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\nWhat a sampled recording writes, per second and scaled to a day at 10 k allocations/s \
-         (the load's allocations/s counted by a recording of every call under the same load):\n\n\
-         | load | allocations/s | sampled records/s | sampled bytes/s | a day at 10 k allocations/s |\n\
-         | --- | ---: | ---: | ---: | ---: |"
-    );
-    for key in ["cache_server", "fixture_server_sessions"] {
-        let r = &a["disk"][key];
-        if let Some(why) = r["skipped"].as_str() {
-            let _ = writeln!(md, "| {key} | skipped: {why} | | | |");
-            continue;
-        }
-        let _ = writeln!(
-            md,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} MiB |",
-            r["load"].as_str().unwrap_or(key),
-            r["allocs_per_s"].as_f64().unwrap_or(0.0),
-            r["sampled_records_per_s"].as_f64().unwrap_or(0.0),
-            r["sampled_bytes_per_s"].as_f64().unwrap_or(0.0),
-            mib(&r["day_bytes_at_10k_allocs_per_s"]),
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\nA session's lifecycle is recorded whole (its birth's blocks, its scopes, its tasks' \
-         first polls), so a server that makes a new session for every few hundred allocations, \
-         as the churn does, writes most for its sessions; one whose allocations are requests \
-         writes its samples only."
-    );
-    if let Some(day) = a.get("day_read").filter(|d| d["skipped"].is_null()) {
-        let _ = writeln!(
-            md,
-            "\nA day read: the session churn's sampled recording replayed to a day's records at \
-             10 k allocations/s ({} records, {:.0} MiB), then `leakscope report` on it: {:.1} s, \
-             peak RSS {:.0} MiB.",
-            day["records"],
-            mib(&day["file_bytes"]),
-            day["report_seconds"].as_f64().unwrap_or(0.0),
-            mib(&day["peak_rss_bytes"]),
-        );
-    }
-    let _ = writeln!(md);
 }

@@ -6,8 +6,92 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
+use super::results::{Analyzer, AnalyzerRun, Outcome, Recording};
+
+/// The recording section and the analyzer's: a recording of the probe on
+/// `fixture-server` under churn, the report's fixed start timed on it, then
+/// the report on that recording replayed to each of `events`, and on the
+/// pairs section's recording (a flat live set) replayed to the largest.
+/// `clean`: remove the replayed recordings once timed (`--only` keeps them,
+/// for profiling the analyzer on them).
+pub(super) fn analyzer_section(
+    bin: &Path,
+    probe: &Path,
+    scratch: &Path,
+    analyzer_events: &[u64],
+    quick: bool,
+    clean: bool,
+) -> Result<(Recording, Analyzer)> {
+    // A realistic recording: the probe on fixture-server under churn.
+    let recording = scratch.join("churn.lsrec");
+    let sessions = if quick { 50 } else { 200 };
+    crate::demo::record_churn(bin, probe, "leaky", sessions, 1, &recording)?;
+    let recorded = count_events(&recording)?;
+    let recording_bytes = std::fs::metadata(&recording)?.len();
+    let bytes_per_event = recording_bytes as f64 / recorded as f64;
+    let section = Recording {
+        bytes_per_event: bytes_per_event.is_finite().then_some(bytes_per_event),
+        events: recorded,
+        file_bytes: recording_bytes,
+        source: format!(
+            "leakscope-probe attached to fixture-server --composition leaky, churn of {sessions} abandoned sessions"
+        ),
+    };
+    let leakscope = bin.join("leakscope");
+    // The report's start, whatever the events: naming frames from the
+    // server binary's debug info, the charts. Timed on the recording itself.
+    let (start_seconds, _, _) = time_report(&leakscope, &recording, scratch)?;
+    let mut runs = Vec::new();
+    for &events in analyzer_events {
+        let big = scratch.join(format!("replayed-{events}.lsrec"));
+        let row = replay_and_time(&leakscope, &recording, &big, events, scratch)?;
+        eprintln!("analyzer: {}", serde_json::to_string(&row)?);
+        runs.push(row);
+        if clean {
+            let _ = std::fs::remove_file(&big);
+        }
+    }
+    // The same analyzer on as many events whose live set stays flat: the
+    // pairs section's recording (malloc+free pairs), replayed. Its peak RSS
+    // beside the runs above says what the memory follows.
+    let pairs_recording = scratch.join("pairs.lsrec");
+    let largest = analyzer_events.iter().copied().max().unwrap_or(1_000_000);
+    let flat = if pairs_recording.exists() {
+        let big = scratch.join("replayed-pairs.lsrec");
+        let row = replay_and_time(&leakscope, &pairs_recording, &big, largest, scratch)?;
+        eprintln!("analyzer, flat live set: {}", serde_json::to_string(&row)?);
+        if clean {
+            let _ = std::fs::remove_file(&big);
+        }
+        Outcome::Measured(row)
+    } else {
+        Outcome::Skipped {
+            skipped: "no pairs recording (run the pairs section first)".into(),
+        }
+    };
+    // What each event costs once the start is paid: between the two
+    // largest runs, so the start cancels out.
+    let marginal = match runs.as_slice() {
+        [.., a, b] => {
+            let events = b.events as f64 - a.events as f64;
+            let seconds = b.seconds - a.seconds;
+            (seconds > 0.0).then(|| events / seconds)
+        }
+        _ => None,
+    };
+    let analyzer = Analyzer {
+        events_per_s: runs.last().map(|r| r.events_per_s),
+        marginal_events_per_s: marginal,
+        start_seconds,
+        start_events: recorded,
+        runs,
+        flat_live_set: flat,
+    };
+    Ok((section, analyzer))
+}
+
 /// Allocation, free and realloc records in a recording.
-pub(super) fn count_events(path: &Path) -> Result<u64> {
+fn count_events(path: &Path) -> Result<u64> {
     use leakscope_recording::{Record, RecordingReader};
     let reader = RecordingReader::open(path)?;
     Ok(reader
@@ -158,23 +242,23 @@ fn shifted(
 
 /// Replays `source` into `out` until it holds `events` memory events, then
 /// times `leakscope report` on it: one row of `results.json`'s analyzer runs.
-pub(super) fn replay_and_time(
+fn replay_and_time(
     leakscope: &Path,
     source: &Path,
     out: &Path,
     events: u64,
     scratch: &Path,
-) -> Result<serde_json::Value> {
+) -> Result<AnalyzerRun> {
     let made = replay(source, out, events, Copies::Memory)?;
     let (seconds, peak_rss, live_blocks) = time_report(leakscope, out, scratch)?;
-    Ok(serde_json::json!({
-        "events": made,
-        "file_bytes": std::fs::metadata(out)?.len(),
-        "seconds": seconds,
-        "events_per_s": made as f64 / seconds,
-        "peak_rss_bytes": peak_rss,
-        "live_blocks_at_end": live_blocks,
-    }))
+    Ok(AnalyzerRun {
+        events: made,
+        file_bytes: std::fs::metadata(out)?.len(),
+        seconds,
+        events_per_s: made as f64 / seconds,
+        peak_rss_bytes: peak_rss,
+        live_blocks_at_end: live_blocks,
+    })
 }
 
 /// `leakscope report FILE`: (seconds, peak RSS in bytes, blocks live at the

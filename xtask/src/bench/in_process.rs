@@ -1,13 +1,14 @@
 //! The in-process mode's cost per pair.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
 
 use super::median;
+use super::results::InProcess;
 
 /// The in-process mode's cost on `Box` pairs, every mode in its own long-lived
 /// `alloc-bench`, timed round by round (A B C D E, A B C D E, ...):
@@ -23,7 +24,7 @@ pub(super) fn in_process(
     inproc_alloc_bench: &Path,
     cooperative_alloc_bench: &Path,
     scratch: &Path,
-) -> Result<Value> {
+) -> Result<InProcess> {
     let pairs = (pairs / 10).max(1000);
     let command = format!("box {pairs}");
     let heaptrack_out = scratch.join("heaptrack.alloc-bench");
@@ -95,14 +96,31 @@ pub(super) fn in_process(
             }
         }
     }
-    let mut result = json!({ "n": pairs, "rounds": rounds, "heaptrack_skipped": heaptrack });
+    let mut medians = BTreeMap::new();
     for ((key, bench, _), samples) in modes.into_iter().zip(samples) {
         bench.finish();
-        result[key] = json!(median(samples));
+        medians.insert(key, median(samples));
     }
-    if heaptrack.is_some() {
-        result["heaptrack_ns"] = Value::Null;
-    }
+    // Every mode above but heaptrack always runs.
+    let ns = |key: &str| {
+        medians
+            .get(key)
+            .copied()
+            .with_context(|| format!("alloc-bench's {key} was not timed"))
+    };
+    let result = InProcess {
+        n: pairs,
+        rounds,
+        system_ns: ns("system_ns")?,
+        heaptrack_ns: medians.get("heaptrack_ns").copied(),
+        heaptrack_skipped: heaptrack,
+        wrapper_idle_ns: ns("wrapper_idle_ns")?,
+        recorder_only_ns: ns("recorder_only_ns")?,
+        recording_ns: ns("recording_ns")?,
+        cooperative_off_ns: ns("cooperative_off_ns")?,
+        cooperative_on_ns: ns("cooperative_on_ns")?,
+        cooperative_sampled_ns: ns("cooperative_sampled_ns")?,
+    };
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(out.with_file_name("dhat-heap.json"));
     let _ = std::fs::remove_file(heaptrack_out.with_extension("alloc-bench.zst"));

@@ -22,12 +22,17 @@
 //! `bench/results.json`; every figure there comes from this run. Nothing is
 //! asserted: the machine is shared and noisy, so claims are ratios from one run.
 //! A tool that cannot run is skipped with the reason, in the files too.
+//!
+//! The measuring modules make [`results`]' types; the page and the charts are
+//! rendered from `bench/results.json` read back ([`render`]), which is what
+//! `--render` does alone.
 
 mod always_on;
 mod analyzer;
 mod in_process;
 mod pairs;
 mod render;
+mod results;
 mod server;
 
 use std::collections::BTreeMap;
@@ -35,17 +40,16 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Result;
-use serde_json::{Value, json};
 
 use crate::shell::{target_dir, workspace_root};
 use always_on::{AlwaysOnEnv, always_on};
-use analyzer::{count_events, replay_and_time, time_report};
+use analyzer::analyzer_section;
 use in_process::{build_inproc_alloc_bench, in_process};
 use pairs::{
     DEEP_STACK_DEPTH, Env, FRAME_POINTER_FLAGS, Tool, build_pairs, prepare_bcc_headers,
     program_stats, time_pairs,
 };
-use render::{bar_chart, render, server_chart};
+use results::{FORMAT_VERSION, Machine, Outcome, Pairs, Results, Timing, Timings};
 use server::{LOADS, QUICK_LOADS, ServerEnv, build_inproc_server, server_load, server_programs};
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +77,11 @@ pub struct BenchArgs {
     /// analyzer's replayed recordings are kept in target/bench then.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
+    /// Measure nothing: write docs/BENCHMARKS.md and docs/images/bench-*.svg
+    /// from bench/results.json as it is, as a whole run renders them (for
+    /// working on the page).
+    #[arg(long, conflicts_with_all = ["pairs", "rounds", "analyzer_events", "load_seconds", "quick", "only"])]
+    render: bool,
 }
 
 /// The parts of a run.
@@ -93,6 +102,11 @@ enum Section {
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
+    if args.render {
+        render::write_files(&workspace_root())?;
+        println!("wrote docs/BENCHMARKS.md and docs/images/bench-*.svg from bench/results.json");
+        return Ok(());
+    }
     let wanted = |section| args.only.is_empty() || args.only.contains(&section);
     let pairs = args
         .pairs
@@ -120,11 +134,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let scratch = target_dir().join("bench");
     std::fs::create_dir_all(&scratch)?;
     prepare_bcc_headers();
-    let mut results = json!({
-        "format_version": 2,
-        "quick": args.quick,
-        "machine": machine(),
-    });
+    let mut results = Results {
+        format_version: FORMAT_VERSION,
+        quick: args.quick,
+        machine: machine(),
+        pairs: None,
+        pairs_deep: None,
+        server: None,
+        server_programs: None,
+        in_process: None,
+        recording: None,
+        analyzer: None,
+        always_on: None,
+        seconds: 0.0,
+    };
 
     if wanted(Section::Pairs) {
         let env = Env {
@@ -133,7 +156,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             probe: probe.clone(),
             scratch: scratch.clone(),
         };
-        results["pairs"] = pairs_section(&env, pairs, rounds, &Tool::ALL);
+        results.pairs = Some(pairs_section(&env, pairs, rounds, &Tool::ALL));
         // The same pairs 30 calls down a frame-pointer stack: what a server's
         // allocation inside an async task looks like to a stack walker.
         let deep = Env {
@@ -148,7 +171,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         } else {
             &Tool::STACK_WALKERS
         };
-        results["pairs_deep"] = pairs_section(&deep, pairs, rounds, deep_tools);
+        results.pairs_deep = Some(pairs_section(&deep, pairs, rounds, deep_tools));
     }
     if wanted(Section::Server) {
         let seconds = args.load_seconds.unwrap_or(if args.quick { 2 } else { 10 });
@@ -160,87 +183,36 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             seconds,
             loads: if args.quick { &QUICK_LOADS } else { &LOADS },
         };
-        results["server"] = server_load(&env)?;
-        results["server_programs"] = if args.quick {
-            json!({ "skipped": "--quick" })
+        results.server = Some(server_load(&env)?);
+        results.server_programs = Some(if args.quick {
+            Outcome::Skipped {
+                skipped: "--quick".into(),
+            }
         } else {
-            server_programs(&env).unwrap_or_else(|e| json!({ "skipped": format!("{e:#}") }))
-        };
+            Outcome::of(server_programs(&env))
+        });
     }
     if wanted(Section::InProcess) {
-        results["in_process"] = in_process(
+        results.in_process = Some(in_process(
             pairs,
             rounds,
             &bin.join("alloc-bench"),
             &inproc_alloc_bench,
             &bin.join("alloc-bench-cooperative"),
             &scratch,
-        )?;
+        )?);
     }
     if wanted(Section::Analyzer) {
-        // A realistic recording: the probe on fixture-server under churn.
-        let recording = scratch.join("churn.lsrec");
-        let sessions = if args.quick { 50 } else { 200 };
-        crate::demo::record_churn(&bin, &probe, "leaky", sessions, 1, &recording)?;
-        let recorded = count_events(&recording)?;
-        let recording_bytes = std::fs::metadata(&recording)?.len();
-        results["recording"] = json!({
-            "bytes_per_event": recording_bytes as f64 / recorded as f64,
-            "events": recorded,
-            "file_bytes": recording_bytes,
-            "source": format!("leakscope-probe attached to fixture-server --composition leaky, churn of {sessions} abandoned sessions"),
-        });
-        let leakscope = bin.join("leakscope");
-        // The report's start, whatever the events: naming frames from the
-        // server binary's debug info, the charts. Timed on the recording itself.
-        let (start_seconds, _, _) = time_report(&leakscope, &recording, &scratch)?;
-        let mut runs = Vec::new();
-        for &events in &analyzer_events {
-            let big = scratch.join(format!("replayed-{events}.lsrec"));
-            let row = replay_and_time(&leakscope, &recording, &big, events, &scratch)?;
-            eprintln!("analyzer: {row}");
-            runs.push(row);
-            // With --only they stay, for profiling the analyzer on them.
-            if args.only.is_empty() {
-                let _ = std::fs::remove_file(&big);
-            }
-        }
-        // The same analyzer on as many events whose live set stays flat: the
-        // pairs section's recording (malloc+free pairs), replayed. Its peak RSS
-        // beside the runs above says what the memory follows.
-        let pairs_recording = scratch.join("pairs.lsrec");
-        let largest = analyzer_events.iter().copied().max().unwrap_or(1_000_000);
-        let flat = if pairs_recording.exists() {
-            let big = scratch.join("replayed-pairs.lsrec");
-            let row = replay_and_time(&leakscope, &pairs_recording, &big, largest, &scratch)?;
-            eprintln!("analyzer, flat live set: {row}");
-            if args.only.is_empty() {
-                let _ = std::fs::remove_file(&big);
-            }
-            row
-        } else {
-            json!({ "skipped": "no pairs recording (run the pairs section first)" })
-        };
-        // What each event costs once the start is paid: between the two
-        // largest runs, so the start cancels out.
-        let marginal = match runs.as_slice() {
-            [.., a, b] => {
-                let events =
-                    b["events"].as_f64().unwrap_or(0.0) - a["events"].as_f64().unwrap_or(0.0);
-                let seconds =
-                    b["seconds"].as_f64().unwrap_or(0.0) - a["seconds"].as_f64().unwrap_or(0.0);
-                (seconds > 0.0).then(|| events / seconds)
-            }
-            _ => None,
-        };
-        results["analyzer"] = json!({
-            "events_per_s": runs.last().map(|r| r["events_per_s"].clone()),
-            "marginal_events_per_s": marginal,
-            "start_seconds": start_seconds,
-            "start_events": recorded,
-            "runs": runs,
-            "flat_live_set": flat,
-        });
+        let (recording, analyzer) = analyzer_section(
+            &bin,
+            &probe,
+            &scratch,
+            &analyzer_events,
+            args.quick,
+            args.only.is_empty(),
+        )?;
+        results.recording = Some(recording);
+        results.analyzer = Some(analyzer);
     }
     if wanted(Section::AlwaysOn) {
         let env = AlwaysOnEnv {
@@ -250,28 +222,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             seconds: if args.quick { 30 } else { 120 },
             day: !args.quick,
         };
-        results["always_on"] = always_on(&env)?;
+        results.always_on = Some(always_on(&env)?);
     }
-    results["seconds"] = json!(started.elapsed().as_secs_f64());
+    results.seconds = started.elapsed().as_secs_f64();
 
     if !args.only.is_empty() {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        print!("{}", results.to_json()?);
         return Ok(());
     }
     let root = workspace_root();
     std::fs::create_dir_all(root.join("bench"))?;
-    std::fs::write(
-        root.join("bench/results.json"),
-        serde_json::to_string_pretty(&results)? + "\n",
-    )?;
-    std::fs::write(
-        root.join("docs/images/bench-pairs.svg"),
-        bar_chart(&results["pairs"]),
-    )?;
-    if let Some(svg) = server_chart(&results["server"]) {
-        std::fs::write(root.join("docs/images/bench-server.svg"), svg)?;
-    }
-    std::fs::write(root.join("docs/BENCHMARKS.md"), render(&results, args))?;
+    std::fs::write(root.join("bench/results.json"), results.to_json()?)?;
+    // The page and charts from the file, as `--render` makes them.
+    render::write_files(&root)?;
     println!(
         "wrote docs/BENCHMARKS.md, docs/images/bench-*.svg and bench/results.json in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -281,7 +244,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// The pairs program under every tool, rounds interleaved, and where the
 /// probe's time goes.
-fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value {
+fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Pairs {
     let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     let mut skipped: BTreeMap<&'static str, String> = BTreeMap::new();
     time_pairs(env, Tool::Unprobed, pairs / 10).ok(); // warm the page cache
@@ -315,24 +278,44 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value 
             FRAME_POINTER_FLAGS.join(" ")
         ),
     };
-    let mut pairs_json = json!({
-        "n": pairs,
-        "rounds": rounds,
-        "depth": env.depth,
-        "program": program,
-    });
-    for &tool in tools {
-        pairs_json[format!("{}_ns", tool.key())] = json!(median_of(tool.key()));
-        pairs_json[format!("{}_skipped", tool.key())] = json!(skipped.get(tool.key()));
-        pairs_json[format!("{}_spread_ns", tool.key())] =
-            json!(samples.get(tool.key()).map(|s| [min(s), max(s)]));
-    }
+    let timings: BTreeMap<String, Timing> = tools
+        .iter()
+        .map(|tool| {
+            let timing = Timing {
+                ns: median_of(tool.key()),
+                skipped: skipped.get(tool.key()).cloned(),
+                spread_ns: samples.get(tool.key()).map(|s| [min(s), max(s)]),
+            };
+            (tool.key().to_owned(), timing)
+        })
+        .collect();
+    let mut section = Pairs {
+        n: pairs,
+        rounds,
+        depth: env.depth,
+        program,
+        tools: Timings(timings),
+        leakscope_vs_floor: None,
+        leakscope_vs_floor_spread: None,
+        leakscope_own_ns: None,
+        bcc_memleak_vs_leakscope: None,
+        bcc_memleak_vs_leakscope_spread: None,
+        bcc_memleak_vs_floor: None,
+        bcc_memleak_vs_floor_spread: None,
+        bcc_memleak_own_vs_leakscope_own: None,
+        bcc_memleak_own_vs_leakscope_own_spread: None,
+        leakscope_programs: programs,
+    };
     let (floor, ours) = (median_of("floor"), median_of("leakscope"));
     // The ratios are taken within each round, between runs a few seconds
     // apart, then their median: the machine's load drifts over a run, and
-    // runs side by side share more of it than medians taken apart do.
+    // runs side by side share more of it than medians taken apart do. A
+    // round whose ratio is not finite (a zero difference) has none.
     let per_round = |f: &dyn Fn(usize) -> Option<f64>| -> Option<(f64, [f64; 2])> {
-        let ratios: Vec<f64> = (0..rounds).filter_map(f).collect();
+        let ratios: Vec<f64> = (0..rounds)
+            .filter_map(f)
+            .filter(|r| r.is_finite())
+            .collect();
         (!ratios.is_empty()).then(|| (median(ratios.clone()), [min(&ratios), max(&ratios)]))
     };
     let sample = |key: &str, round: usize| samples.get(key).and_then(|s| s.get(round)).copied();
@@ -345,22 +328,22 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value 
         Some((ours - base) / (floor - base))
     });
     if let (Some((ratio, spread)), Some(floor), Some(ours)) = (vs_floor, floor, ours) {
-        pairs_json["leakscope_vs_floor"] = json!(ratio);
-        pairs_json["leakscope_vs_floor_spread"] = json!(spread);
-        pairs_json["leakscope_own_ns"] = json!(ours - floor);
+        section.leakscope_vs_floor = Some(ratio);
+        section.leakscope_vs_floor_spread = Some(spread);
+        section.leakscope_own_ns = Some(ours - floor);
     }
     if let Some((ratio, spread)) =
         per_round(&|r| Some(sample("bcc_memleak", r)? / sample("leakscope", r)?))
     {
-        pairs_json["bcc_memleak_vs_leakscope"] = json!(ratio);
-        pairs_json["bcc_memleak_vs_leakscope_spread"] = json!(spread);
+        section.bcc_memleak_vs_leakscope = Some(ratio);
+        section.bcc_memleak_vs_leakscope_spread = Some(spread);
     }
     // What the ratio above could be at best: leakscope's own work at zero.
     if let Some((ratio, spread)) =
         per_round(&|r| Some(sample("bcc_memleak", r)? / sample("floor", r)?))
     {
-        pairs_json["bcc_memleak_vs_floor"] = json!(ratio);
-        pairs_json["bcc_memleak_vs_floor_spread"] = json!(spread);
+        section.bcc_memleak_vs_floor = Some(ratio);
+        section.bcc_memleak_vs_floor_spread = Some(spread);
     }
     // The tools' own work, past the traps both pay: what each one's programs
     // and reader cost. Rounds where leakscope measured at or below the floor
@@ -370,21 +353,10 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Value 
         let ours = sample("leakscope", r)? - floor;
         (ours > 0.0).then_some((sample("bcc_memleak", r)? - floor) / ours)
     }) {
-        pairs_json["bcc_memleak_own_vs_leakscope_own"] = json!(ratio);
-        pairs_json["bcc_memleak_own_vs_leakscope_own_spread"] = json!(spread);
+        section.bcc_memleak_own_vs_leakscope_own = Some(ratio);
+        section.bcc_memleak_own_vs_leakscope_own_spread = Some(spread);
     }
-    pairs_json["leakscope_programs"] = json!(
-        programs
-            .iter()
-            .map(|p| json!({
-                "program": p.program,
-                "runs": p.runs,
-                "ns_per_run": p.ns_per_run,
-                "verified_insns": p.verified_insns,
-            }))
-            .collect::<Vec<_>>()
-    );
-    pairs_json
+    section
 }
 
 /// Reads `output` until a line `accept` takes; a wrapper that starts the
@@ -425,9 +397,9 @@ pub(super) fn max(samples: &[f64]) -> f64 {
 }
 
 /// The machine the figures are from.
-fn machine() -> Value {
+fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
+    let cpu = cpuinfo
         .lines()
         .find_map(|l| l.strip_prefix("model name"))
         .and_then(|l| l.split(':').nth(1))
@@ -440,10 +412,10 @@ fn machine() -> Value {
         .output()
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    json!({
-        "kernel": kernel,
-        "cpu": model,
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "date": date,
-    })
+    Machine {
+        kernel,
+        cpu,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        date,
+    }
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use leakscope_fixtures::process::ProbeProcess;
 
+use super::results::ProgramStat;
 use crate::shell::workspace_root;
 
 /// What runs the pairs program.
@@ -362,17 +363,6 @@ pub(super) fn stop(probe: ProbeProcess) -> Result<()> {
     // SIGINT makes the probe detach and finish.
     probe.signal_and_wait(2)?;
     Ok(())
-}
-
-/// One eBPF program's figures from a `--bpf-stats` run.
-pub(super) struct ProgramStat {
-    pub program: String,
-    pub runs: u64,
-    /// Mean time per run, as the kernel timed it.
-    pub ns_per_run: f64,
-    /// Instructions the verifier processed to load it (the kernel refuses a
-    /// program past 1 M); `None` where the kernel does not say.
-    pub verified_insns: Option<u64>,
 }
 
 /// One more leakscope run on the pairs program with `--bpf-stats`: each eBPF

@@ -11,14 +11,18 @@
 //! where the probe's time goes on this server: its CPU against the uprobe
 //! floor's, and the kernel's timing of each program.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
+use leakscope_fixtures::churn::ChurnReport;
 
 use super::pairs::{BccMemleak, attach, attach_with, parse_bpf_stats, stop};
+use super::results::{
+    CpuPerSession, LoadRow, Outcome, ServerLoad, ServerProgram, ServerPrograms, ToolLoads,
+};
 use crate::procs::{cpu_seconds, descendant_named, tree_cpu_seconds};
 
 /// Who watches the server.
@@ -88,16 +92,15 @@ pub(super) const LOADS: [Option<f64>; 4] = [Some(10.0), Some(100.0), Some(200.0)
 /// `--quick`'s: the goal's load, one between, saturation.
 pub(super) const QUICK_LOADS: [Option<f64>; 3] = [Some(10.0), Some(100.0), None];
 
-/// The load points a section's JSON was measured at (its `rates`, then saturation).
-pub(super) fn loads_of(server: &Value) -> Vec<Option<f64>> {
-    match server["rates"].as_array() {
-        Some(rates) => rates
-            .iter()
-            .filter_map(|r| r.as_f64().map(Some))
-            .chain([None])
-            .collect(),
-        None => LOADS.to_vec(),
-    }
+/// The load points a section was measured at (its `rates`, then saturation).
+pub(super) fn loads_of(server: &ServerLoad) -> Vec<Option<f64>> {
+    server
+        .rates
+        .iter()
+        .copied()
+        .map(Some)
+        .chain([None])
+        .collect()
 }
 
 /// Sessions in flight at most, at every load.
@@ -121,27 +124,23 @@ pub(super) struct ServerEnv<'a> {
     pub loads: &'a [Option<f64>],
 }
 
-/// Every tool at every load: `{tool: {loads: {load: {...}}, lost_events, ...}}`,
-/// or `{tool: {skipped: why}}`.
-pub(super) fn server_load(env: &ServerEnv) -> Result<Value> {
-    let mut tools = serde_json::Map::new();
+/// Every tool at every load, or why the tool was skipped.
+pub(super) fn server_load(env: &ServerEnv) -> Result<ServerLoad> {
+    let mut tools = BTreeMap::new();
     for tool in ServerTool::ALL {
-        let row = match run_tool(env, tool) {
-            Ok(row) => row,
-            Err(why) => {
-                eprintln!("server: skipping {}: {why:#}", tool.key());
-                json!({ "skipped": format!("{why:#}") })
-            }
-        };
-        tools.insert(tool.key().into(), row);
+        let row = run_tool(env, tool);
+        if let Err(why) = &row {
+            eprintln!("server: skipping {}: {why:#}", tool.key());
+        }
+        tools.insert(tool.key().into(), Outcome::of(row));
     }
-    Ok(json!({
-        "seconds_per_load": env.seconds,
-        "rates": env.loads.iter().flatten().collect::<Vec<_>>(),
-        "saturation_concurrency": IN_FLIGHT,
-        "server": "fixture-server --composition leaky --keep-alive 5s",
-        "tools": tools,
-    }))
+    Ok(ServerLoad {
+        seconds_per_load: env.seconds,
+        rates: env.loads.iter().flatten().copied().collect(),
+        saturation_concurrency: IN_FLIGHT,
+        server: "fixture-server --composition leaky --keep-alive 5s".into(),
+        tools,
+    })
 }
 
 /// Where the probe's time goes on the server, at 100 sessions/s: the server's
@@ -149,9 +148,9 @@ pub(super) fn server_load(env: &ServerEnv) -> Result<Value> {
 /// attach points (`--bare`: the uprobe traps alone) and with the probe, and
 /// the kernel's timing of each of the probe's programs (`--bpf-stats`, which
 /// adds its own clock reads: the probe row here is a little above the table's).
-pub(super) fn server_programs(env: &ServerEnv) -> Result<Value> {
+pub(super) fn server_programs(env: &ServerEnv) -> Result<ServerPrograms> {
     const RATE: f64 = 100.0;
-    let mut cpu = serde_json::Map::new();
+    let mut cpu = CpuPerSession::default();
     let mut programs = Vec::new();
     for (key, extra) in [
         ("unprobed", None),
@@ -175,18 +174,18 @@ pub(super) fn server_programs(env: &ServerEnv) -> Result<Value> {
         let before = cpu_seconds(server.pid);
         let report = churn(env, &server.url, Some(RATE))?;
         let used = cpu_seconds(server.pid) - before;
-        let sessions = report["created"].as_f64().unwrap_or(0.0).max(1.0);
+        let sessions = (report.created as f64).max(1.0);
         if let Some(mut child) = probe.take() {
             let stderr = child.take_stderr().expect("piped");
             stop(child)?;
             if key == "leakscope" {
                 for stat in parse_bpf_stats(stderr)? {
-                    programs.push(json!({
-                        "program": stat.program,
-                        "runs_per_session": stat.runs as f64 / sessions,
-                        "ns_per_run": stat.ns_per_run,
-                        "us_per_session": stat.runs as f64 * stat.ns_per_run / sessions / 1e3,
-                    }));
+                    programs.push(ServerProgram {
+                        runs_per_session: stat.runs as f64 / sessions,
+                        ns_per_run: stat.ns_per_run,
+                        us_per_session: stat.runs as f64 * stat.ns_per_run / sessions / 1e3,
+                        program: stat.program,
+                    });
                 }
             }
         }
@@ -196,19 +195,24 @@ pub(super) fn server_programs(env: &ServerEnv) -> Result<Value> {
             "server programs: {key}: {:.2} ms CPU per session",
             used * 1e3 / sessions
         );
-        cpu.insert(key.into(), json!(used * 1e3 / sessions));
+        let ms = match key {
+            "unprobed" => &mut cpu.unprobed,
+            "floor" => &mut cpu.floor,
+            _ => &mut cpu.leakscope,
+        };
+        *ms = used * 1e3 / sessions;
     }
-    let ms = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
-    Ok(json!({
-        "rate": RATE,
-        "seconds": env.seconds,
-        "server_cpu_ms_per_session": cpu,
-        "leakscope_vs_floor": (ms("leakscope") - ms("unprobed")) / (ms("floor") - ms("unprobed")),
-        "programs": programs,
-    }))
+    let vs_floor = (cpu.leakscope - cpu.unprobed) / (cpu.floor - cpu.unprobed);
+    Ok(ServerPrograms {
+        rate: RATE,
+        seconds: env.seconds,
+        server_cpu_ms_per_session: cpu,
+        leakscope_vs_floor: vs_floor.is_finite().then_some(vs_floor),
+        programs,
+    })
 }
 
-fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
+fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<ToolLoads> {
     let recording = env.scratch.join(format!("server-{}.lsrec", tool.key()));
     let _ = std::fs::remove_file(&recording);
     let args = ["--composition", "leaky", "--keep-alive", "5s"];
@@ -260,26 +264,31 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         (_, ServerTool::Heaptrack) => Some(server.child.id()),
         _ => None,
     };
-    let mut loads = serde_json::Map::new();
+    let mut loads = BTreeMap::new();
     for &load in env.loads {
         let server_cpu = cpu_seconds(server.pid);
         let tool_cpu = tool_root.map(|root| tree_cpu_seconds(root, server.pid));
         let report = churn(env, &server.url, load)?;
-        let created = report["created"].as_f64().unwrap_or(0.0);
-        let elapsed = report["elapsed_s"].as_f64().unwrap_or(f64::NAN);
+        let created = report.created as f64;
         let server_cpu = cpu_seconds(server.pid) - server_cpu;
         let tool_cpu =
             tool_root.map(|root| tree_cpu_seconds(root, server.pid) - tool_cpu.unwrap_or(0.0));
-        let row = json!({
-            "sessions": created,
-            "failed": report["failed"],
-            "sessions_per_s": created / elapsed,
-            "latency_p50_ms": report["latency_p50_ms"],
-            "latency_p99_ms": report["latency_p99_ms"],
-            "server_cpu_ms_per_session": server_cpu * 1e3 / created.max(1.0),
-            "tool_cpu_s": tool_cpu,
-        });
-        eprintln!("server: {} at {}: {row}", tool.key(), load_key(load));
+        let sessions_per_s = created / report.elapsed_s;
+        let row = LoadRow {
+            sessions: created,
+            failed: report.failed,
+            sessions_per_s: sessions_per_s.is_finite().then_some(sessions_per_s),
+            latency_p50_ms: report.latency_p50_ms,
+            latency_p99_ms: report.latency_p99_ms,
+            server_cpu_ms_per_session: server_cpu * 1e3 / created.max(1.0),
+            tool_cpu_s: tool_cpu,
+        };
+        eprintln!(
+            "server: {} at {}: {}",
+            tool.key(),
+            load_key(load),
+            serde_json::to_string(&row)?
+        );
         loads.insert(load_key(load), row);
     }
     match watcher {
@@ -293,14 +302,15 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<Value> {
         | ServerTool::LeakscopeSampled
         | ServerTool::InProcess
         | ServerTool::Cooperative
-        | ServerTool::CooperativeSampled => {
-            json!(lost_events(&recording)?)
-        }
-        _ => Value::Null,
+        | ServerTool::CooperativeSampled => Some(lost_events(&recording)?),
+        _ => None,
     };
     let _ = std::fs::remove_file(&recording);
     let _ = std::fs::remove_file(recording.with_file_name("dhat-heap.json"));
-    Ok(json!({ "loads": loads, "lost_events": lost }))
+    Ok(ToolLoads {
+        loads,
+        lost_events: lost,
+    })
 }
 
 enum Watcher {
@@ -310,7 +320,7 @@ enum Watcher {
 }
 
 /// One load point: `churn`'s JSON report.
-fn churn(env: &ServerEnv, url: &str, load: Option<f64>) -> Result<Value> {
+fn churn(env: &ServerEnv, url: &str, load: Option<f64>) -> Result<ChurnReport> {
     let mut command = Command::new(env.bin.join("churn"));
     command.args(["--url", url]);
     command.args(["--max-time", &format!("{}s", env.seconds)]);

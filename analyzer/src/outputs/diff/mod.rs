@@ -106,7 +106,7 @@ impl Side {
             exe: timeline.header.exe.clone(),
             pid: timeline.header.pid,
             rmcp_version: timeline.header.rmcp_version.clone(),
-            producer: summary.producer,
+            producer: timeline.header.producer.as_str(),
             duration_s: summary.duration_s,
             sessions: s.count,
             closed: s.states.closed,

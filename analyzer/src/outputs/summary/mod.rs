@@ -58,7 +58,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         .map(|c| {
             let t = timeline.categories[*c];
             CategorySummary {
-                name: c.name(),
+                name: c.name().to_owned(),
                 allocated_bytes: t.allocated,
                 reclaimed_bytes: t.reclaimed,
                 retained_bytes: t.retained,
@@ -78,7 +78,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         .collect();
     let mut summary = Summary {
         format_version: FORMAT_VERSION,
-        producer: timeline.header.producer.as_str(),
+        producer: timeline.header.producer.as_str().to_owned(),
         sampling: SamplingSummary {
             mean_bytes: timeline.header.sampling.mean_bytes(),
             estimated: timeline.header.sampling.is_sampled(),
@@ -147,7 +147,7 @@ fn findings(timeline: &Timeline) -> Vec<Finding> {
             },
             growth_bytes_per_s: site.growth_bytes_per_s,
             bytes_per_event: (births > 0).then(|| PerEvent {
-                event: "session",
+                event: "session".to_owned(),
                 bytes: site.retained_bytes / births,
             }),
             oldest_age_s: timeline.end_ns.saturating_sub(site.first_alloc_ns) as f64 / 1e9,

@@ -7,15 +7,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::model::ObjectKind;
 use crate::model::{SessionState, percentile};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Summary {
     pub format_version: u32,
-    pub producer: &'static str,
+    pub producer: String,
     /// How the recording chose its allocations (format 4).
     pub sampling: SamplingSummary,
     pub duration_s: f64,
@@ -37,7 +37,7 @@ pub struct Summary {
     pub verdict: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum VerdictKind {
     Leak,
@@ -46,7 +46,7 @@ pub enum VerdictKind {
 }
 
 /// `every`, or a sample by bytes whose figures are estimates.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SamplingSummary {
     /// Mean bytes between samples; `null` when every call was recorded.
     pub mean_bytes: Option<u64>,
@@ -54,14 +54,14 @@ pub struct SamplingSummary {
     pub estimated: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Events {
     pub alloc: u64,
     pub free: u64,
     pub lost: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Sessions {
     pub count: u64,
     pub worker_ended: u64,
@@ -79,7 +79,7 @@ pub struct Sessions {
     pub transient_bytes: Spread,
 }
 
-#[derive(Debug, Serialize, Default, Clone, Copy)]
+#[derive(Debug, Serialize, Deserialize, Default, Clone, Copy)]
 pub struct States {
     pub closed: u64,
     pub leaked: u64,
@@ -98,7 +98,7 @@ impl States {
     }
 }
 
-#[derive(Debug, Serialize, Default, Clone)]
+#[derive(Debug, Serialize, Deserialize, Default, Clone)]
 pub struct Retained {
     pub p50: u64,
     pub p90: u64,
@@ -118,35 +118,35 @@ impl Retained {
     }
 }
 
-#[derive(Debug, Serialize, Default)]
+#[derive(Debug, Serialize, Deserialize, Default)]
 pub struct IdleSpread {
     pub p50: f64,
     pub max: f64,
 }
 
-#[derive(Debug, Serialize, Default)]
+#[derive(Debug, Serialize, Deserialize, Default)]
 pub struct Spread {
     pub p50: u64,
     pub p90: u64,
     pub max: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct CategorySummary {
-    pub name: &'static str,
+    pub name: String,
     pub allocated_bytes: u64,
     pub reclaimed_bytes: u64,
     pub retained_bytes: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SiteSummary {
     pub frames: Vec<String>,
     pub retained_bytes: u64,
     pub blocks: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Finding {
     /// The frame that best names the site, shortened for reading: the one whose
     /// rule chose its category, else the program's innermost own frame.
@@ -170,18 +170,18 @@ pub struct Finding {
     pub leak_candidate: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct PerEvent {
-    pub event: &'static str,
+    pub event: String,
     pub bytes: u64,
 }
 
 /// One kind's objects at the end of a recording (`summary.json`'s `objects`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ObjectSummary {
     pub count: u64,
     /// Objects per state (every state of the kind is listed).
-    pub states: BTreeMap<&'static str, u64>,
+    pub states: BTreeMap<String, u64>,
     /// Per object still alive at the end (a live session; an alive or parked
     /// task): bytes it holds.
     pub alive_bytes: Retained,
@@ -195,7 +195,7 @@ pub struct ObjectSummary {
 }
 
 /// Tasks spawned from one function.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpawnSite {
     /// The function (`[unknown] (cells of N B)` when the cell's stack does
     /// not reach the program's code: a build without frame pointers).

@@ -4,7 +4,7 @@
 
 use leakscope_recording::sampling::Sampling;
 
-use crate::model::{Rest, Site};
+use crate::model::{Category, Rest, Site};
 use crate::model::{SessionState, Timeline};
 use crate::outputs::summary::schema::{ObjectKind, SpawnSite, States, Summary};
 
@@ -85,7 +85,9 @@ impl<'a> Evidence<'a> {
                     .iter()
                     .filter(|s| s.state == SessionState::Live && s.polls <= 1)
                     .count() as u64,
-                top_category: top.map_or("", |c| c.name),
+                top_category: top
+                    .and_then(|c| Category::ALL.into_iter().find(|k| k.name() == c.name))
+                    .map_or("", Category::name),
                 top_category_share: top.map_or(0.0, |c| {
                     c.retained_bytes as f64 / total_retained.max(1) as f64
                 }),

@@ -1,17 +1,17 @@
 //! The recording-size and analyzer sections.
 
-use serde_json::Value;
+use super::shown;
+use crate::bench::results::{Analyzer, AnalyzerRun, Recording};
 
-pub(super) fn section(md: &mut String, results: &Value) {
+pub(super) fn section(md: &mut String, r: &Recording, analyzer: &Analyzer) {
     use std::fmt::Write as _;
-    let r = &results["recording"];
     let _ = writeln!(
         md,
         "## Recording size\n\n{:.1} bytes per event: {} events in {} bytes ({}). The goal is at most 16.\n",
-        r["bytes_per_event"].as_f64().unwrap_or(0.0),
-        r["events"],
-        r["file_bytes"],
-        r["source"].as_str().unwrap_or("")
+        r.bytes_per_event.unwrap_or(0.0),
+        r.events,
+        r.file_bytes,
+        r.source
     );
     let _ = writeln!(
         md,
@@ -24,36 +24,14 @@ pub(super) fn section(md: &mut String, results: &Value) {
         md,
         "| events | file | seconds | events/s | peak RSS | blocks live at the end |\n| ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    for row in results["analyzer"]["runs"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            md,
-            "| {} | {:.1} MiB | {:.2} | {:.2} M | {:.1} MiB | {} |",
-            row["events"],
-            row["file_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
-            row["seconds"].as_f64().unwrap_or(0.0),
-            row["events_per_s"].as_f64().unwrap_or(0.0) / 1e6,
-            row["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
-            row["live_blocks_at_end"]
-        );
+    for row in &analyzer.runs {
+        run_row(md, row, "");
     }
-    let flat = &results["analyzer"]["flat_live_set"];
-    if flat["events"].is_u64() {
-        let _ = writeln!(
-            md,
-            "| {} (pairs, flat live set) | {:.1} MiB | {:.2} | {:.2} M | {:.1} MiB | {} |",
-            flat["events"],
-            flat["file_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
-            flat["seconds"].as_f64().unwrap_or(0.0),
-            flat["events_per_s"].as_f64().unwrap_or(0.0) / 1e6,
-            flat["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
-            flat["live_blocks_at_end"]
-        );
+    if let Some(flat) = analyzer.flat_live_set.measured() {
+        run_row(md, flat, " (pairs, flat live set)");
     }
-    let analyzer = &results["analyzer"];
-    if let (Some(start), Some(marginal)) = (
-        analyzer["start_seconds"].as_f64(),
-        analyzer["marginal_events_per_s"].as_f64(),
-    ) {
+    if let Some(marginal) = analyzer.marginal_events_per_s {
+        let start = analyzer.start_seconds;
         let _ = writeln!(
             md,
             "\nEvery report starts with the same fixed work, whatever its events: naming frames \
@@ -61,7 +39,7 @@ pub(super) fn section(md: &mut String, results: &Value) {
              recording above itself ({} events) the whole report takes {:.2} s, which is most of \
              the smallest run's time. Past it, between the two largest runs, the analyzer takes \
              {:.2} M events/s.",
-            analyzer["start_events"],
+            analyzer.start_events,
             start,
             marginal / 1e6
         );
@@ -73,5 +51,21 @@ pub(super) fn section(md: &mut String, results: &Value) {
          (malloc+free pairs, so next to nothing stays live) to as many events as the largest \
          run. Reading (file, zstd, postcard) runs on a thread of its own, a few frames ahead \
          of the stages.\n"
+    );
+}
+
+/// One timed report: its events (and what `what` they are), file, time,
+/// rate, peak RSS and the blocks live at its end.
+fn run_row(md: &mut String, row: &AnalyzerRun, what: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        md,
+        "| {}{what} | {:.1} MiB | {:.2} | {:.2} M | {:.1} MiB | {} |",
+        row.events,
+        row.file_bytes as f64 / 1048576.0,
+        row.seconds,
+        row.events_per_s / 1e6,
+        row.peak_rss_bytes as f64 / 1048576.0,
+        shown(&row.live_blocks_at_end)
     );
 }

@@ -1,9 +1,9 @@
 //! The in-process section: the cooperative allocator and the dhat-backed mode
 //! beside the system allocator and heaptrack.
 
-use serde_json::Value;
+use crate::bench::results::InProcess;
 
-pub(super) fn section(md: &mut String, ip: &Value) {
+pub(super) fn section(md: &mut String, ip: &InProcess) {
     use std::fmt::Write as _;
     let _ = writeln!(
         md,
@@ -11,47 +11,47 @@ pub(super) fn section(md: &mut String, ip: &Value) {
          per run, {} rounds, every mode in its own long-lived process, rounds interleaved. \
          heaptrack runs the same program (`heaptrack alloc-bench`): it is the in-process tool \
          users pick.\n",
-        ip["n"], ip["rounds"]
+        ip.n, ip.rounds
     );
     let _ = writeln!(
         md,
         "| mode | ns per pair | vs system allocator | vs heaptrack |\n| --- | ---: | ---: | ---: |"
     );
-    let system = ip["system_ns"].as_f64().unwrap_or(f64::NAN);
-    let heaptrack = ip["heaptrack_ns"].as_f64().unwrap_or(f64::NAN);
-    for (label, key) in [
-        ("system allocator", "system_ns"),
-        ("heaptrack (started with the program)", "heaptrack_ns"),
+    let system = ip.system_ns;
+    let heaptrack = ip.heaptrack_ns.unwrap_or(f64::NAN);
+    for (label, ns) in [
+        ("system allocator", Some(ip.system_ns)),
+        ("heaptrack (started with the program)", ip.heaptrack_ns),
         (
             "leakscope_inproc::Alloc, not recording (dhat's wrapper idle)",
-            "wrapper_idle_ns",
+            Some(ip.wrapper_idle_ns),
         ),
         (
             "recording: the leakscope recorder alone (`Recorder::start`)",
-            "recorder_only_ns",
+            Some(ip.recorder_only_ns),
         ),
         (
             "recording: dhat's profiler + the leakscope recorder (`leakscope_inproc::start`)",
-            "recording_ns",
+            Some(ip.recording_ns),
         ),
         (
             "cooperative allocator (`Alloc<System>`), off: what a production build carries",
-            "cooperative_off_ns",
+            Some(ip.cooperative_off_ns),
         ),
         (
             "cooperative allocator, recording on (what attach switches on)",
-            "cooperative_on_ns",
+            Some(ip.cooperative_on_ns),
         ),
         (
             "cooperative allocator, recording sampled every 512 KiB (`attach --sample`)",
-            "cooperative_sampled_ns",
+            Some(ip.cooperative_sampled_ns),
         ),
     ] {
-        let Some(ns) = ip[key].as_f64() else {
+        let Some(ns) = ns else {
             let _ = writeln!(
                 md,
                 "| {label} | skipped: {} | | |",
-                ip["heaptrack_skipped"].as_str().unwrap_or("not measured")
+                ip.heaptrack_skipped.as_deref().unwrap_or("not measured")
             );
             continue;
         };
@@ -62,9 +62,8 @@ pub(super) fn section(md: &mut String, ip: &Value) {
             ns / heaptrack
         );
     }
-    if let (Some(ours), Some(heaptrack)) =
-        (ip["recorder_only_ns"].as_f64(), ip["heaptrack_ns"].as_f64())
-    {
+    if let Some(heaptrack) = ip.heaptrack_ns {
+        let ours = ip.recorder_only_ns;
         let _ = writeln!(
             md,
             "\nThe recorder alone costs **{:.2}x heaptrack** per pair (the goal is at most 1x): it \
@@ -73,31 +72,29 @@ pub(super) fn section(md: &mut String, ip: &Value) {
             ours / heaptrack
         );
     }
-    if let (Some(off), Some(on)) = (
-        ip["cooperative_off_ns"].as_f64(),
-        ip["cooperative_on_ns"].as_f64(),
-    ) {
-        let goal = 1.1 * system + 3.0;
-        let _ = writeln!(
-            md,
-            "\nThe cooperative allocator off costs **{off:.1} ns** a pair against the system \
-             allocator's {system:.1} (the goal: at most 1.1x + 3 ns = {goal:.1} ns; {}): one \
-             relaxed load of its mode per call. Recording on, **{:.2}x heaptrack** per pair \
-             (the goal: below 1x).",
-            if off <= goal { "met" } else { "not met" },
-            on / heaptrack
-        );
-        if let Some(sampled) = ip["cooperative_sampled_ns"].as_f64() {
-            let _ = writeln!(
-                md,
-                "\nSampled every 512 KiB on average, **{sampled:.1} ns** a pair, {:.2} ns over \
-                 off: a countdown and a branch per allocation and a pointer test per free; a \
-                 sample (about one per 8,000 pairs of 64 B here) pays the stack walk and the \
-                 buffer.",
-                sampled - off
-            );
-        }
-    }
+    let (off, on, sampled) = (
+        ip.cooperative_off_ns,
+        ip.cooperative_on_ns,
+        ip.cooperative_sampled_ns,
+    );
+    let goal = 1.1 * system + 3.0;
+    let _ = writeln!(
+        md,
+        "\nThe cooperative allocator off costs **{off:.1} ns** a pair against the system \
+         allocator's {system:.1} (the goal: at most 1.1x + 3 ns = {goal:.1} ns; {}): one \
+         relaxed load of its mode per call. Recording on, **{:.2}x heaptrack** per pair \
+         (the goal: below 1x).",
+        if off <= goal { "met" } else { "not met" },
+        on / heaptrack
+    );
+    let _ = writeln!(
+        md,
+        "\nSampled every 512 KiB on average, **{sampled:.1} ns** a pair, {:.2} ns over \
+         off: a countdown and a branch per allocation and a pointer test per free; a \
+         sample (about one per 8,000 pairs of 64 B here) pays the stack walk and the \
+         buffer.",
+        sampled - off
+    );
     let _ = writeln!(
         md,
         "\nThe dhat-backed mode is what it is: dhat's profiler captures a full backtrace per \

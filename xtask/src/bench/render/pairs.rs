@@ -1,20 +1,18 @@
 //! The malloc+free pairs section: every tool on one C program.
 
-use serde_json::Value;
-
-use super::{fmt_ns, spread_of};
+use super::{fmt_ns, shown, spread_of};
 use crate::bench::pairs::Tool;
+use crate::bench::results::Pairs;
 
 /// The section: the tools side by side, the floor, per program, the deep stacks.
-pub(super) fn section(md: &mut String, results: &Value) {
+pub(super) fn section(md: &mut String, p: &Pairs, deep: Option<&Pairs>) {
     use std::fmt::Write as _;
-    let p = &results["pairs"];
     let _ = writeln!(
         md,
         "## malloc(64) + free pairs\n\n`bench/tools/pairs.c` (built with `cc -O1`) times {} pairs \
          per run, {} rounds. PAIRS below is that program; tools attached by pid attach while it \
          waits (`--wait`), then it runs.\n",
-        p["n"], p["rounds"]
+        p.n, p.rounds
     );
     pairs_table(md, p, &Tool::ALL);
     let _ = writeln!(md, "\n![ns per pair by tool](images/bench-pairs.svg)\n");
@@ -31,15 +29,15 @@ pub(super) fn section(md: &mut String, results: &Value) {
          record. Each is one ring-buffer record; the probe pairs entries with returns in \
          userspace, so the programs keep no per-call map."
     );
-    match p["bcc_memleak_vs_leakscope"].as_f64() {
+    match p.bcc_memleak_vs_leakscope {
         Some(r) => {
             let _ = writeln!(
                 md,
                 "\nbcc memleak costs **{r:.1}x** what leakscope costs per pair{}, on the same \
                  program in the same run. The goal is at least 4x.",
-                spread_of(&p["bcc_memleak_vs_leakscope_spread"])
+                spread_of(p.bcc_memleak_vs_leakscope_spread)
             );
-            if let Some(ceiling) = p["bcc_memleak_vs_floor"].as_f64() {
+            if let Some(ceiling) = p.bcc_memleak_vs_floor {
                 let _ = writeln!(
                     md,
                     "It cannot be met by a uprobe tool on this machine: bcc memleak costs \
@@ -47,12 +45,12 @@ pub(super) fn section(md: &mut String, results: &Value) {
                      would be {ceiling:.1}x cheaper than bcc memleak, no more."
                 );
             }
-            if let Some(own) = p["bcc_memleak_own_vs_leakscope_own"].as_f64() {
+            if let Some(own) = p.bcc_memleak_own_vs_leakscope_own {
                 let _ = writeln!(
                     md,
                     "Past the traps both pay, bcc memleak's own work costs **{own:.1}x** \
                      leakscope's{}.",
-                    spread_of(&p["bcc_memleak_own_vs_leakscope_own_spread"])
+                    spread_of(p.bcc_memleak_own_vs_leakscope_own_spread)
                 );
             }
         }
@@ -60,11 +58,16 @@ pub(super) fn section(md: &mut String, results: &Value) {
             let _ = writeln!(
                 md,
                 "\nbcc memleak was skipped: {}.",
-                p["bcc_memleak_skipped"].as_str().unwrap_or("?")
+                p.tools
+                    .get(Tool::BccMemleak.key())
+                    .and_then(|t| t.skipped.as_deref())
+                    .unwrap_or("?")
             );
         }
     }
-    deep_section(md, &results["pairs_deep"]);
+    if let Some(deep) = deep {
+        deep_section(md, deep);
+    }
     let _ = writeln!(
         md,
         "\nheaptrack and DHAT run inside the program (`LD_PRELOAD` and valgrind's JIT), so they \
@@ -91,26 +94,26 @@ pub(super) fn section(md: &mut String, results: &Value) {
 }
 
 /// The pairs table of one program: a row per tool of `tools`.
-fn pairs_table(md: &mut String, p: &Value, tools: &[Tool]) {
+fn pairs_table(md: &mut String, p: &Pairs, tools: &[Tool]) {
     use std::fmt::Write as _;
     let _ = writeln!(
         md,
         "| tool | ns per pair | spread | vs nothing attached | command |\n| --- | ---: | ---: | ---: | --- |"
     );
-    let base = p["unprobed_ns"].as_f64();
+    let base = p.tools.ns(Tool::Unprobed.key());
     for tool in tools {
-        let ns = &p[format!("{}_ns", tool.key())];
-        let spread = p[format!("{}_spread_ns", tool.key())]
-            .as_array()
-            .map(|s| format!("{}-{}", fmt_ns(&s[0]), fmt_ns(&s[1])))
+        let timing = p.tools.get(tool.key()).cloned().unwrap_or_default();
+        let spread = timing
+            .spread_ns
+            .map(|[lo, hi]| format!("{}-{}", fmt_ns(Some(lo)), fmt_ns(Some(hi))))
             .unwrap_or_else(|| "-".into());
-        let ratio = match (ns.as_f64(), base) {
+        let ratio = match (timing.ns, base) {
             (Some(ns), Some(base)) => format!("{:.1}x", ns / base),
             _ => "-".into(),
         };
-        let shown = match p[format!("{}_skipped", tool.key())].as_str() {
+        let shown = match &timing.skipped {
             Some(why) => format!("skipped: {why}"),
-            None => fmt_ns(ns),
+            None => fmt_ns(timing.ns),
         };
         let _ = writeln!(
             md,
@@ -122,30 +125,24 @@ fn pairs_table(md: &mut String, p: &Value, tools: &[Tool]) {
 }
 
 /// leakscope against the floor, one paragraph.
-fn vs_floor(md: &mut String, p: &Value) {
+fn vs_floor(md: &mut String, p: &Pairs) {
     use std::fmt::Write as _;
-    if let (Some(vs_floor), Some(own)) = (
-        p["leakscope_vs_floor"].as_f64(),
-        p["leakscope_own_ns"].as_f64(),
-    ) {
+    if let (Some(vs_floor), Some(own)) = (p.leakscope_vs_floor, p.leakscope_own_ns) {
         let _ = writeln!(
             md,
             "leakscope costs **{vs_floor:.2}x the uprobe floor** per pair{} (what it adds over \
              nothing attached, divided by what no-op uprobes at the same points add, within each \
              round; the median of the rounds): {own:.0} ns of its own work per pair. The goal is \
              1.3x.",
-            spread_of(&p["leakscope_vs_floor_spread"])
+            spread_of(p.leakscope_vs_floor_spread)
         );
     }
 }
 
 /// The kernel's timing of each of the probe's programs, if measured.
-fn program_table(md: &mut String, p: &Value) {
+fn program_table(md: &mut String, p: &Pairs) {
     use std::fmt::Write as _;
-    let programs = p["leakscope_programs"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let programs = &p.leakscope_programs;
     if programs.is_empty() {
         return;
     }
@@ -157,48 +154,44 @@ fn program_table(md: &mut String, p: &Value) {
          kernel's verifier processed to load each (it refuses a program past 1 M):\n\n\
          | program | runs | ns per run | verifier instructions |\n| --- | ---: | ---: | ---: |"
     );
-    for row in &programs {
+    for row in programs {
         let _ = writeln!(
             md,
             "| `{}` | {} | {:.0} | {} |",
-            row["program"].as_str().unwrap_or("?"),
-            row["runs"],
-            row["ns_per_run"].as_f64().unwrap_or(0.0),
-            row["verified_insns"]
-                .as_u64()
+            row.program,
+            row.runs,
+            row.ns_per_run,
+            row.verified_insns
                 .map_or_else(|| "-".to_owned(), |n| n.to_string())
         );
     }
 }
 
 /// The pairs again, deep in a frame-pointer stack.
-fn deep_section(md: &mut String, p: &Value) {
+fn deep_section(md: &mut String, p: &Pairs) {
     use std::fmt::Write as _;
-    if p.is_null() {
-        return;
-    }
     let _ = writeln!(
         md,
         "\n### Deep stacks\n\nThe same pairs {} calls down a stack built with frame pointers \
          ({}): every allocation has a full 32-frame stack, as one made inside a server's async \
          task has (leakscope asks for frame-pointer builds). PAIRS is that program here. The \
          floor's traps are the same at any depth; the cost of walking the stack is not.\n",
-        p["depth"],
-        p["program"].as_str().unwrap_or("?")
+        shown(&p.depth),
+        p.program
     );
     // The tools this run timed (--quick times fewer).
     let timed: Vec<Tool> = Tool::STACK_WALKERS
         .into_iter()
-        .filter(|tool| p.get(format!("{}_ns", tool.key())).is_some())
+        .filter(|tool| p.tools.get(tool.key()).is_some())
         .collect();
     pairs_table(md, p, &timed);
     let _ = writeln!(md);
     vs_floor(md, p);
-    if let Some(r) = p["bcc_memleak_vs_leakscope"].as_f64() {
+    if let Some(r) = p.bcc_memleak_vs_leakscope {
         let _ = writeln!(
             md,
             "\nbcc memleak costs **{r:.1}x** what leakscope costs per pair here{}.",
-            spread_of(&p["bcc_memleak_vs_leakscope_spread"])
+            spread_of(p.bcc_memleak_vs_leakscope_spread)
         );
     }
     program_table(md, p);
@@ -206,15 +199,11 @@ fn deep_section(md: &mut String, p: &Value) {
 
 /// A bar chart of ns per pair, as SVG. Hand-written: six labelled bars do not
 /// need plotters in xtask, and the file stays small and diffable.
-pub(crate) fn bar_chart(p: &Value) -> String {
+pub(super) fn bar_chart(p: &Pairs) -> String {
     use std::fmt::Write as _;
     let bars: Vec<(&str, f64)> = Tool::ALL
         .iter()
-        .filter_map(|t| {
-            p[format!("{}_ns", t.key())]
-                .as_f64()
-                .map(|ns| (t.key(), ns))
-        })
+        .filter_map(|t| p.tools.ns(t.key()).map(|ns| (t.key(), ns)))
         .collect();
     let top = bars.iter().map(|b| b.1).fold(1.0, f64::max);
     let (width, row, left, right) = (760.0, 34.0, 130.0, 110.0);
@@ -224,7 +213,7 @@ pub(crate) fn bar_chart(p: &Value) -> String {
         height,
         &format!(
             "ns per malloc(64)+free pair (median), {} pairs per run",
-            p["n"]
+            p.n
         ),
     );
     for (i, (name, ns)) in bars.iter().enumerate() {

@@ -1,14 +1,11 @@
 //! The server-under-load section and its chart.
 
-use serde_json::Value;
+use crate::bench::results::{LoadRow, Outcome, ServerLoad, ServerPrograms};
+use crate::bench::server::{ServerTool, load_key, loads_of};
 
 /// The server-under-load section: one table per load.
-pub(super) fn section(md: &mut String, server: &Value) {
-    use crate::bench::server::{ServerTool, load_key, loads_of};
+pub(super) fn section(md: &mut String, server: &ServerLoad) {
     use std::fmt::Write as _;
-    if server.is_null() {
-        return;
-    }
     let loads = loads_of(server);
     let rates: Vec<String> = loads.iter().flatten().map(|r| format!("{r:.0}")).collect();
     let rates = match rates.as_slice() {
@@ -25,16 +22,13 @@ pub(super) fn section(md: &mut String, server: &Value) {
          reply. Server CPU includes the probes' eBPF programs, which run in the server's \
          context; tool CPU is the tool's own processes (the probe, bcc's python, heaptrack's \
          interpreter).\n",
-        server["server"].as_str().unwrap_or("fixture-server"),
-        server["seconds_per_load"],
-        server["saturation_concurrency"],
+        server.server, server.seconds_per_load, server.saturation_concurrency,
     );
     let _ = writeln!(
         md,
         "![median latency by sessions/s, to saturation](images/bench-server.svg)\n"
     );
-    let tools = &server["tools"];
-    let base = |load: &str| tools["unprobed"]["loads"][load]["sessions_per_s"].as_f64();
+    let base = |load: &str| row_of(server, ServerTool::Unprobed, load)?.sessions_per_s;
     for load in loads {
         let key = load_key(load);
         let _ = writeln!(
@@ -46,25 +40,22 @@ pub(super) fn section(md: &mut String, server: &Value) {
             }
         );
         for tool in ServerTool::ALL {
-            let t = &tools[tool.key()];
-            if let Some(why) = t["skipped"].as_str() {
+            if let Some(why) = server.tools.get(tool.key()).and_then(Outcome::skipped) {
                 let _ = writeln!(md, "| {} | skipped: {why} | | | | | |", tool.label());
                 continue;
             }
-            let row = &t["loads"][key.as_str()];
-            let rate = row["sessions_per_s"].as_f64().unwrap_or(f64::NAN);
+            let row = row_of(server, tool, &key);
+            let figure = |f: fn(&LoadRow) -> Option<f64>| row.and_then(f).unwrap_or(f64::NAN);
+            let rate = figure(|r| r.sessions_per_s);
             let _ = writeln!(
                 md,
                 "| {} | {rate:.1} | {} | {:.2} | {:.2} | {:.2} | {} |",
                 tool.label(),
                 base(&key).map_or("-".into(), |b| format!("{:.2}x", rate / b)),
-                row["latency_p50_ms"].as_f64().unwrap_or(f64::NAN),
-                row["latency_p99_ms"].as_f64().unwrap_or(f64::NAN),
-                row["server_cpu_ms_per_session"]
-                    .as_f64()
-                    .unwrap_or(f64::NAN),
-                row["tool_cpu_s"]
-                    .as_f64()
+                figure(|r| Some(r.latency_p50_ms)),
+                figure(|r| Some(r.latency_p99_ms)),
+                figure(|r| Some(r.server_cpu_ms_per_session)),
+                row.and_then(|r| r.tool_cpu_s)
                     .map_or("-".into(), |s| format!("{s:.2}")),
             );
         }
@@ -73,8 +64,9 @@ pub(super) fn section(md: &mut String, server: &Value) {
     let lost: Vec<String> = ServerTool::ALL
         .iter()
         .filter_map(|tool| {
-            tools[tool.key()]["lost_events"]
-                .as_u64()
+            let measured = server.tools.get(tool.key())?.measured()?;
+            measured
+                .lost_events
                 .map(|n| format!("{}: {n}", tool.label()))
         })
         .collect();
@@ -91,27 +83,26 @@ pub(super) fn section(md: &mut String, server: &Value) {
     );
 }
 
+/// One tool's figures at one load, if it ran there.
+fn row_of<'a>(server: &'a ServerLoad, tool: ServerTool, load: &str) -> Option<&'a LoadRow> {
+    server.tools.get(tool.key())?.measured()?.loads.get(load)
+}
+
 /// The server section's curve, as SVG: median request latency against the
 /// sessions/s each tool reached, one line per tool through its load points up
 /// to saturation (where a line turns up, the server is out of breath). `None`
-/// without a server section. Hand-written like [`bar_chart`].
-pub(crate) fn server_chart(server: &Value) -> Option<String> {
-    use crate::bench::server::{ServerTool, load_key, loads_of};
+/// when no tool ran. Hand-written like [`bar_chart`](super::pairs::bar_chart).
+pub(super) fn server_chart(server: &ServerLoad) -> Option<String> {
     use std::fmt::Write as _;
-    let tools = server.get("tools")?;
     let loads = loads_of(server);
     let lines: Vec<(&str, Vec<(f64, f64)>)> = ServerTool::ALL
         .iter()
-        .filter_map(|tool| {
-            let rows = &tools[tool.key()]["loads"];
+        .filter_map(|&tool| {
             let points: Vec<(f64, f64)> = loads
                 .iter()
                 .filter_map(|&load| {
-                    let row = &rows[load_key(load).as_str()];
-                    Some((
-                        row["sessions_per_s"].as_f64()?,
-                        row["latency_p50_ms"].as_f64()?,
-                    ))
+                    let row = row_of(server, tool, &load_key(load))?;
+                    Some((row.sessions_per_s?, row.latency_p50_ms))
                 })
                 .collect();
             (!points.is_empty()).then_some((tool.key(), points))
@@ -230,18 +221,17 @@ fn nice_ceiling(v: f64) -> f64 {
 }
 
 /// Where the probe's time goes on the server (see `server::server_programs`).
-pub(super) fn programs_section(md: &mut String, p: &Value) {
+pub(super) fn programs_section(md: &mut String, p: &Outcome<ServerPrograms>) {
     use std::fmt::Write as _;
-    if p.is_null() {
-        return;
-    }
     let _ = writeln!(md, "### Where the probe's time goes on the server\n");
-    if let Some(why) = p["skipped"].as_str() {
-        let _ = writeln!(md, "Not measured in this run: {why}.\n");
-        return;
-    }
-    let cpu = &p["server_cpu_ms_per_session"];
-    let ms = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
+    let p = match p {
+        Outcome::Skipped { skipped: why } => {
+            let _ = writeln!(md, "Not measured in this run: {why}.\n");
+            return;
+        }
+        Outcome::Measured(p) => p,
+    };
+    let cpu = &p.server_cpu_ms_per_session;
     let _ = writeln!(
         md,
         "Three more servers at {:.0} sessions/s for {} s each: server CPU per session {:.2} ms with \
@@ -251,30 +241,24 @@ pub(super) fn programs_section(md: &mut String, p: &Value) {
          **{:.2}x the floor**: a real server's allocations are made deep in async code, so each \
          stack walk copies more of the stack than in the pairs above. Per program, the \
          kernel's own timing:\n",
-        p["rate"].as_f64().unwrap_or(f64::NAN),
-        p["seconds"],
-        ms("unprobed"),
-        ms("floor"),
-        ms("leakscope"),
-        p["leakscope_vs_floor"].as_f64().unwrap_or(f64::NAN),
+        p.rate,
+        p.seconds,
+        cpu.unprobed,
+        cpu.floor,
+        cpu.leakscope,
+        p.leakscope_vs_floor.unwrap_or(f64::NAN),
     );
     let _ = writeln!(
         md,
         "| program | runs per session | ns per run | us per session |\n| --- | ---: | ---: | ---: |"
     );
-    let mut rows: Vec<&Value> = p["programs"].as_array().into_iter().flatten().collect();
-    rows.sort_by(|a, b| {
-        let us = |v: &Value| v["us_per_session"].as_f64().unwrap_or(0.0);
-        us(b).total_cmp(&us(a))
-    });
+    let mut rows: Vec<_> = p.programs.iter().collect();
+    rows.sort_by(|a, b| b.us_per_session.total_cmp(&a.us_per_session));
     for row in rows {
         let _ = writeln!(
             md,
             "| `{}` | {:.1} | {:.0} | {:.1} |",
-            row["program"].as_str().unwrap_or("?"),
-            row["runs_per_session"].as_f64().unwrap_or(0.0),
-            row["ns_per_run"].as_f64().unwrap_or(0.0),
-            row["us_per_session"].as_f64().unwrap_or(0.0),
+            row.program, row.runs_per_session, row.ns_per_run, row.us_per_session,
         );
     }
     let _ = writeln!(md);
@@ -296,12 +280,20 @@ mod tests {
 
     #[test]
     fn server_chart_draws_one_line_per_tool_inside_the_plot() {
-        let row = |rate: f64, p50: f64| serde_json::json!({ "sessions_per_s": rate, "latency_p50_ms": p50 });
-        let server = serde_json::json!({ "tools": {
-            "unprobed": { "loads": { "10_per_s": row(10.0, 1.0), "100_per_s": row(99.0, 0.9), "saturation": row(357.0, 0.7) } },
-            "leakscope": { "loads": { "10_per_s": row(10.0, 1.8), "saturation": row(336.0, 1.9) } },
+        let row = |rate: f64, p50: f64| {
+            serde_json::json!({
+                "sessions": 1.0, "failed": 0, "sessions_per_s": rate, "latency_p50_ms": p50,
+                "latency_p99_ms": p50, "server_cpu_ms_per_session": 1.0, "tool_cpu_s": null,
+            })
+        };
+        let server = serde_json::json!({
+            "seconds_per_load": 1, "rates": [10.0, 100.0], "saturation_concurrency": 16,
+            "server": "fixture-server", "tools": {
+            "unprobed": { "lost_events": null, "loads": { "10_per_s": row(10.0, 1.0), "100_per_s": row(99.0, 0.9), "saturation": row(357.0, 0.7) } },
+            "leakscope": { "lost_events": 0, "loads": { "10_per_s": row(10.0, 1.8), "saturation": row(336.0, 1.9) } },
             "bcc_memleak": { "skipped": "no bcc" },
         }});
+        let mut server: ServerLoad = serde_json::from_value(server).unwrap();
         let svg = server_chart(&server).unwrap();
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert_eq!(svg.matches("<circle").count(), 5);
@@ -313,6 +305,7 @@ mod tests {
             assert!((70.0..=570.0).contains(&attr("cx")), "{circle}");
             assert!((40.0..=370.0).contains(&attr("cy")), "{circle}");
         }
-        assert!(server_chart(&serde_json::Value::Null).is_none());
+        server.tools.clear();
+        assert!(server_chart(&server).is_none());
     }
 }

@@ -1,0 +1,76 @@
+//! The server under load (`server`) and where the probe's time goes on it
+//! (`server_programs`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Outcome;
+
+/// Every tool at every load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ServerLoad {
+    pub seconds_per_load: u64,
+    /// The rated loads, sessions/s, in the order they ran; saturation follows.
+    pub rates: Vec<f64>,
+    /// Sessions in flight at most, at every load.
+    pub saturation_concurrency: usize,
+    /// The server's command line.
+    pub server: String,
+    /// By the tool's key (`ServerTool::key`).
+    pub tools: BTreeMap<String, Outcome<ToolLoads>>,
+}
+
+/// One tool's server through the loads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ToolLoads {
+    /// By load: `10_per_s`, ..., `saturation` (`server::load_key`).
+    pub loads: BTreeMap<String, LoadRow>,
+    /// Events the recording says it dropped (`None`: the tool writes no recording).
+    pub lost_events: Option<u64>,
+}
+
+/// One load point, from `churn`'s report and the processes' CPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct LoadRow {
+    /// Sessions created (a float, as the file has always had it).
+    pub sessions: f64,
+    pub failed: u64,
+    /// `None` (null) when churn reported no elapsed time.
+    pub sessions_per_s: Option<f64>,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    pub server_cpu_ms_per_session: f64,
+    /// The tool's own processes (`None`: it has none).
+    pub tool_cpu_s: Option<f64>,
+}
+
+/// The server's CPU with nothing attached, the floor and the probe, and the
+/// kernel's timing of each of the probe's programs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ServerPrograms {
+    /// Sessions/s.
+    pub rate: f64,
+    pub seconds: u64,
+    pub server_cpu_ms_per_session: CpuPerSession,
+    /// `None` (null) when the floor added nothing.
+    pub leakscope_vs_floor: Option<f64>,
+    pub programs: Vec<ServerProgram>,
+}
+
+/// Server CPU ms per session.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct CpuPerSession {
+    pub unprobed: f64,
+    pub floor: f64,
+    pub leakscope: f64,
+}
+
+/// One of the probe's programs, per session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ServerProgram {
+    pub program: String,
+    pub runs_per_session: f64,
+    pub ns_per_run: f64,
+    pub us_per_session: f64,
+}
