@@ -33,6 +33,7 @@ mod in_process;
 mod pairs;
 mod render;
 mod results;
+mod saturation;
 mod server;
 
 use std::collections::BTreeMap;
@@ -142,6 +143,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         pairs_deep: None,
         server: None,
         server_programs: None,
+        saturation_rounds: None,
         in_process: None,
         recording: None,
         analyzer: None,
@@ -184,6 +186,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             loads: if args.quick { &QUICK_LOADS } else { &LOADS },
         };
         results.server = Some(server_load(&env)?);
+        // Fewer rounds in --quick: two still give each ratio a round of its own.
+        let saturation_rounds = if args.quick { 2 } else { 5 };
+        results.saturation_rounds = Some(Outcome::of(saturation::saturation_rounds(
+            &env,
+            saturation_rounds,
+        )));
         results.server_programs = Some(if args.quick {
             Outcome::Skipped {
                 skipped: "--quick".into(),

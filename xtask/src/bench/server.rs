@@ -36,6 +36,9 @@ pub(super) enum ServerTool {
     Cooperative,
     /// The cooperative allocator switched on sampled (`attach --sample`).
     CooperativeSampled,
+    /// The cooperative build with nothing attached (the saturation rounds
+    /// only): what carrying it costs, apart from switching it on.
+    CooperativeOff,
     /// The eBPF probe, sampling (`attach --sample`).
     LeakscopeSampled,
 }
@@ -61,6 +64,7 @@ impl ServerTool {
             ServerTool::InProcess => "in_process",
             ServerTool::Cooperative => "cooperative",
             ServerTool::CooperativeSampled => "cooperative_sampled",
+            ServerTool::CooperativeOff => "cooperative_off",
             ServerTool::LeakscopeSampled => "leakscope_sampled",
         }
     }
@@ -77,6 +81,9 @@ impl ServerTool {
             }
             ServerTool::CooperativeSampled => {
                 "cooperative allocator, switched on sampled (`attach --sample`, 512 KiB)"
+            }
+            ServerTool::CooperativeOff => {
+                "cooperative allocator (`fixture-server-cooperative`), nothing attached"
             }
             ServerTool::LeakscopeSampled => {
                 "leakscope probe, sampling (`attach --pid PID --sample`, 512 KiB)"
@@ -212,7 +219,7 @@ pub(super) fn server_programs(env: &ServerEnv) -> Result<ServerPrograms> {
     })
 }
 
-fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<ToolLoads> {
+pub(super) fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<ToolLoads> {
     let recording = env.scratch.join(format!("server-{}.lsrec", tool.key()));
     let _ = std::fs::remove_file(&recording);
     let args = ["--composition", "leaky", "--keep-alive", "5s"];
@@ -231,7 +238,7 @@ fn run_tool(env: &ServerEnv, tool: ServerTool) -> Result<ToolLoads> {
             command.args(args).arg("--record").arg(&recording);
             Server::start(command)?
         }
-        ServerTool::Cooperative | ServerTool::CooperativeSampled => {
+        ServerTool::Cooperative | ServerTool::CooperativeSampled | ServerTool::CooperativeOff => {
             let mut command = Command::new(env.bin.join("fixture-server-cooperative"));
             command.args(args);
             Server::start_as(command, "fixture-server-cooperative")?

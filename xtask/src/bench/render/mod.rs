@@ -89,6 +89,9 @@ pub(super) fn render(results: &Results) -> String {
     if let Some(server) = &results.server {
         server::section(&mut md, server);
     }
+    if let Some(rounds) = &results.saturation_rounds {
+        server::rounds_section(&mut md, rounds);
+    }
     if let Some(programs) = &results.server_programs {
         server::programs_section(&mut md, programs);
     }

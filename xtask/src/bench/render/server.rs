@@ -1,6 +1,6 @@
 //! The server-under-load section and its chart.
 
-use crate::bench::results::{LoadRow, Outcome, ServerLoad, ServerPrograms};
+use crate::bench::results::{LoadRow, Outcome, SaturationRounds, ServerLoad, ServerPrograms};
 use crate::bench::server::{ServerTool, load_key, loads_of};
 
 /// The server-under-load section: one table per load.
@@ -218,6 +218,56 @@ fn nice_ceiling(v: f64) -> f64 {
         .find(|&s| s >= quarter)
         .unwrap_or(10.0 * power);
     step * 4.0
+}
+
+/// Saturation side by side (see `saturation::saturation_rounds`).
+pub(super) fn rounds_section(md: &mut String, rounds: &Outcome<SaturationRounds>) {
+    use std::fmt::Write as _;
+    let _ = writeln!(md, "### Saturation side by side\n");
+    let Some(r) = rounds.measured() else {
+        let _ = writeln!(md, "Skipped: {}\n", rounds.skipped().unwrap_or("?"));
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "One 10 s run per tool, as in the table above, is within this machine's noise. So {} \
+         rounds, each starting a fresh server per tool at saturation for {} s, the tools \
+         alternating (the order reversed every other round); each ratio is taken within its \
+         round, and the figure is the median of the rounds.\n\n\
+         | tool | sessions/s per round | server CPU ms per session (median) | vs nothing attached (median) | rounds |\n\
+         | --- | --- | ---: | ---: | --- |",
+        r.rounds, r.seconds
+    );
+    for tool in [
+        ServerTool::Unprobed,
+        ServerTool::CooperativeOff,
+        ServerTool::CooperativeSampled,
+        ServerTool::LeakscopeSampled,
+    ] {
+        let Some(rates) = r.sessions_per_s.get(tool.key()) else {
+            continue;
+        };
+        let cpu = r
+            .server_cpu_ms_per_session
+            .get(tool.key())
+            .map(|c| crate::bench::median(c.clone()))
+            .unwrap_or(f64::NAN);
+        let (ratio, range) = match r.vs_unprobed.get(tool.key()) {
+            Some(v) => (
+                format!("**{:.2}x**", v.median),
+                format!("{:.2}x-{:.2}x", v.min, v.max),
+            ),
+            None => ("1.00x".into(), "-".into()),
+        };
+        let rates: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {cpu:.2} | {ratio} | {range} |",
+            tool.label(),
+            rates.join(", ")
+        );
+    }
+    let _ = writeln!(md);
 }
 
 /// Where the probe's time goes on the server (see `server::server_programs`).

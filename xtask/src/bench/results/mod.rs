@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) use always_on::{AlwaysOn, DayRead, Detection, Disk, DiskRow};
 pub(crate) use pairs::{Pairs, ProgramStat, Timing, Timings};
 pub(crate) use server::{
-    CpuPerSession, LoadRow, ServerLoad, ServerProgram, ServerPrograms, ToolLoads,
+    CpuPerSession, LoadRow, RoundRatio, SaturationRounds, ServerLoad, ServerProgram,
+    ServerPrograms, ToolLoads,
 };
 
 /// The version of the file's layout.
@@ -42,6 +43,9 @@ pub(crate) struct Results {
     pub server: Option<ServerLoad>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_programs: Option<Outcome<ServerPrograms>>,
+    /// Saturation side by side, in rounds: what the sampled modes keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturation_rounds: Option<Outcome<SaturationRounds>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_process: Option<InProcess>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -74,3 +74,28 @@ pub(crate) struct ServerProgram {
     pub ns_per_run: f64,
     pub us_per_session: f64,
 }
+
+/// The saturation comparison the server's load table cannot make: one 10 s
+/// run per tool is within this machine's noise (two back-to-back unprobed
+/// runs differed by up to 20%), so here each round starts a fresh server per
+/// tool, tools alternating, and each ratio is taken within its round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SaturationRounds {
+    pub seconds: u64,
+    pub rounds: usize,
+    /// Per tool key: sessions/s at saturation, one per round.
+    pub sessions_per_s: BTreeMap<String, Vec<f64>>,
+    /// Per tool key: the server's CPU ms per session, one per round.
+    pub server_cpu_ms_per_session: BTreeMap<String, Vec<f64>>,
+    /// Per tool key but `unprobed`: its sessions/s over the unprobed server's
+    /// in the same round, the median of the rounds and their range.
+    pub vs_unprobed: BTreeMap<String, RoundRatio>,
+}
+
+/// A ratio measured once per round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RoundRatio {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
