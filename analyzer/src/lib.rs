@@ -10,8 +10,9 @@
 //!               objects (sessions and tokio tasks: who owns a block) -> accounting (live,
 //!               reclaimed, transient, retained over time) -> sites (what is still live, by
 //!               call site) -> profile (every stack's allocations and live blocks)
-//!               => timeline (the result of one streaming pass)
-//!   outputs/    summary (summary.json, with the verdict), report (report.md), charts
+//!               => timeline (the result of one streaming pass) -> verdict (what it comes to)
+//!   model/      the plain data the stages write and the outputs read (the timeline)
+//!   outputs/    summary (summary.json, quoting the verdict), report (report.md), charts
 //!               (SVG/PNG), flamegraph, trace (Perfetto), pprof (profile.pb.gz), diff;
 //!               written to one directory, through --redact, by `outputs::OutputDir`
 //! ```
@@ -33,7 +34,7 @@ mod units;
 
 pub use leakscope_recording::frames::short_name;
 pub use model::{
-    Category, Frame, Session, SessionState, Site, Task, TaskState, Timeline, percentile,
+    Category, Frame, Session, SessionState, Site, Task, TaskState, Timeline, Verdict, percentile,
 };
 pub use outputs::diff::Diff;
 /// The diff of two analysed recordings, each (its name, summary, timeline).
@@ -42,8 +43,8 @@ pub use outputs::diff::diff as diff_timelines;
 /// fixtures' tests read back with serde.
 pub use outputs::summary::{
     CategorySummary, Events, FORMAT_VERSION, Finding, IdleSpread, ObjectKind, ObjectSummary,
-    PerEvent, Retained, SamplingSummary, Sessions, SiteSummary, SpawnSite, Spread, States, Summary,
-    VerdictKind, summarize,
+    PerEvent, Retained, SamplingSummary, SessionStates, Sessions, SiteSummary, SpawnSite, Spread,
+    Summary, VerdictKind, summarize,
 };
 pub use outputs::{InMemory, OutputDir, Sink, write_diff, write_report};
 pub use stages::attribute::Rules;

@@ -40,6 +40,15 @@ pub fn estimated_count(n: u64, sampling: Sampling) -> String {
     }
 }
 
+/// "keeps 1.2 MiB in 500 blocks", as the verdict and the report's links say it.
+pub(crate) fn keeps(bytes: u64, blocks: u64, sampling: Sampling) -> String {
+    format!(
+        "keeps {} in {} blocks",
+        estimated_bytes(bytes, sampling),
+        estimated_count(blocks, sampling)
+    )
+}
+
 /// The relative standard error of an estimate of `n` bytes, in whole
 /// percent (`None` for nothing, whose error is unbounded).
 fn error_percent(n: u64, sampling: Sampling) -> Option<u64> {

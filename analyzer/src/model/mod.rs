@@ -8,6 +8,9 @@
 //! nothing of the stages. One [`percentile`] and one [`median`] are quoted
 //! everywhere ([`stats`]).
 //!
+//! The [`Verdict`] is one more stage's result over the rest
+//! (`stages/verdict/`), held here for the outputs to quote.
+//!
 //! A new kind of lifecycle object is a tracker (`stages/objects/`), a kind
 //! and its states here, and its view (`outputs/objects.rs`).
 
@@ -20,12 +23,14 @@ mod session_state;
 pub mod sites;
 pub mod stats;
 pub mod timeline;
+pub mod verdict;
 
 pub use categories::{Category, PerCategory};
 pub use figures::{CategoryTotals, Sample};
 pub use frame::Frame;
-pub use objects::{ObjectKind, SessionState, TaskState};
+pub use objects::{ObjectKind, SessionState, SessionStates, SpawnSite, TaskState, UNKNOWN_SITE};
 pub use profile::{HeapProfile, Location, ProfileSample, Usage};
 pub use sites::{Rest, STAND_IN_WEIGHT, Site, site_name};
-pub use stats::{median, percentile};
+pub use stats::{IdleSpread, Retained, Spread, median, percentile};
 pub use timeline::{Session, Task, Timeline};
+pub use verdict::{Verdict, VerdictKind};

@@ -1,9 +1,11 @@
-//! The lifecycle objects' kinds and where each stands at the end of a
-//! recording (the trackers of `stages/objects/` decide it).
+//! The lifecycle objects' kinds, where each stands at the end of a
+//! recording (the trackers of `stages/objects/` decide it), and tasks by the
+//! function that spawned them (`stages/objects/spawn_sites.rs` groups them).
 
 use serde::{Deserialize, Serialize};
 
-pub use super::session_state::SessionState;
+pub use super::session_state::{SessionState, SessionStates};
+use super::stats::Retained;
 
 /// The kinds of lifecycle objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -37,4 +39,27 @@ impl TaskState {
             TaskState::Parked => "parked",
         }
     }
+}
+
+/// A spawn site no frame of the program names.
+pub const UNKNOWN_SITE: &str = "[unknown]";
+
+/// Tasks spawned from one function.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SpawnSite {
+    /// The function (`[unknown] (cells of N B)` when the cell's stack does
+    /// not reach the program's code: a build without frame pointers).
+    pub site: String,
+    /// `site` names a function.
+    pub known: bool,
+    pub count: u64,
+    pub ended: u64,
+    pub alive: u64,
+    pub parked: u64,
+    /// How many belong to a session (counted in its footprint).
+    pub in_sessions: u64,
+    /// Per task alive or parked at the end: bytes it owns.
+    pub alive_bytes: Retained,
+    /// Its tasks are a leak (the rule: `stages/objects/spawn_sites.rs`).
+    pub leak: bool,
 }

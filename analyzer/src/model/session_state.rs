@@ -1,4 +1,4 @@
-//! A session's state at the end of a recording.
+//! A session's state at the end of a recording, and the sessions by state.
 
 /// Where a session stands at the end of a recording: observed, never inferred
 /// from byte counts.
@@ -58,5 +58,30 @@ impl SessionState {
             Some(false) => SessionState::Live,
             None => SessionState::Unknown,
         }
+    }
+}
+
+/// Sessions per state (`summary.json`'s `sessions.states`).
+#[derive(Debug, serde::Serialize, serde::Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SessionStates {
+    pub closed: u64,
+    pub leaked: u64,
+    pub live: u64,
+    pub unknown: u64,
+}
+
+impl SessionStates {
+    /// How many of `states` are in each.
+    pub fn of(states: impl IntoIterator<Item = SessionState>) -> Self {
+        let mut counts = Self::default();
+        for state in states {
+            match state {
+                SessionState::Closed => counts.closed += 1,
+                SessionState::Leaked => counts.leaked += 1,
+                SessionState::Live => counts.live += 1,
+                SessionState::Unknown => counts.unknown += 1,
+            }
+        }
+        counts
     }
 }

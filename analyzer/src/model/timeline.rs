@@ -4,7 +4,8 @@
 use leakscope_recording::{EndReason, Header, LostReason, Tail};
 
 use super::{
-    CategoryTotals, HeapProfile, PerCategory, Rest, Sample, SessionState, Site, TaskState,
+    CategoryTotals, HeapProfile, PerCategory, Rest, Sample, SessionState, Site, SpawnSite,
+    TaskState, Verdict,
 };
 
 /// One session as the recording shows it: its lifecycle and its bytes.
@@ -71,6 +72,8 @@ pub struct Timeline {
     pub sessions: Vec<Session>,
     /// Every tokio task seen polling, in order of first poll.
     pub tasks: Vec<Task>,
+    /// The tasks by the function that spawned them: leaks first.
+    pub spawn_sites: Vec<SpawnSite>,
     pub categories: PerCategory<CategoryTotals>,
     pub samples: Vec<Sample>,
     pub session_births_s: Vec<f64>,
@@ -90,6 +93,8 @@ pub struct Timeline {
     pub warnings: Vec<String>,
     /// Lifecycle signals the recording lacks, each with what it means for the verdict.
     pub missing_signals: Vec<String>,
+    /// What the rest of the model comes to (the verdict stage's).
+    pub verdict: Verdict,
 }
 
 impl Timeline {

@@ -20,7 +20,6 @@ pub mod report;
 pub mod summary;
 pub mod thin;
 pub mod trace;
-pub mod verdict;
 
 /// Where rendered outputs go.
 pub trait Sink {

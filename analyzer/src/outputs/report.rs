@@ -7,7 +7,7 @@ use leakscope_recording::Tail;
 use crate::model::Timeline;
 use crate::outputs::objects::ObjectKind;
 use crate::outputs::summary::Summary;
-use crate::outputs::verdict::keeps;
+use crate::units::keeps;
 use crate::units::{bytes, estimated_bytes, estimated_count};
 
 /// Names longer than this lose their generic arguments in the report.

@@ -9,3 +9,4 @@ pub mod sites;
 pub mod stacks;
 pub mod symbolize;
 pub mod timeline;
+pub mod verdict;

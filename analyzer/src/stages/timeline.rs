@@ -351,7 +351,7 @@ impl Builder {
             .collect();
         let mut spawn_sites: HashMap<Option<leakscope_recording::StackId>, Option<String>> =
             HashMap::new();
-        let tasks = self
+        let tasks: Vec<Task> = self
             .tasks
             .finish()
             .into_iter()
@@ -391,7 +391,8 @@ impl Builder {
         let mut lost_by_reason: Vec<(LostReason, u64)> = self.lost.into_iter().collect();
         lost_by_reason.sort_by_key(|(r, _)| format!("{r:?}"));
         let warnings = warnings::of(&header, &tail, &self.stacks);
-        Timeline {
+        let spawn_sites = crate::stages::objects::spawn_sites::spawn_sites(&tasks, totals.allocs);
+        let mut timeline = Timeline {
             header,
             tail,
             end_reason: self.end_reason,
@@ -409,6 +410,7 @@ impl Builder {
             worker_ends_s,
             sessions,
             tasks,
+            spawn_sites,
             categories: totals.categories,
             samples: totals.samples,
             sites,
@@ -418,7 +420,11 @@ impl Builder {
             grace_ns: self.grace_ns,
             warnings,
             missing_signals,
-        }
+            verdict: Default::default(),
+        };
+        // The last stage: what the rest comes to.
+        timeline.verdict = crate::stages::verdict::verdict(&timeline);
+        timeline
     }
 }
 
@@ -428,4 +434,4 @@ use crate::model::{Session, Task, Timeline};
 use warnings::missing_signals;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -20,7 +20,7 @@
 //!   relative standard error of its `live_bytes` (`relative_error`, 0 when
 //!   exact). Session and task counts and states stay exact.
 //!
-//! The verdict's rules are in [`crate::outputs::verdict`].
+//! The verdict is the model's (`stages/verdict/` decides it); the summary quotes it.
 
 pub(crate) mod schema;
 
@@ -41,10 +41,6 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         .collect();
     let mut transient: Vec<u64> = ended.iter().map(|s| s.transient).collect();
     transient.sort_unstable();
-    let mut states = States::default();
-    for session in &timeline.sessions {
-        states.count(session.state);
-    }
     let of_state = |state: SessionState, bytes: fn(&crate::model::Session) -> u64| {
         timeline
             .sessions
@@ -76,7 +72,7 @@ pub fn summarize(timeline: &Timeline) -> Summary {
             blocks: s.blocks,
         })
         .collect();
-    let mut summary = Summary {
+    Summary {
         format_version: FORMAT_VERSION,
         producer: timeline.header.producer.as_str().to_owned(),
         sampling: SamplingSummary {
@@ -93,17 +89,10 @@ pub fn summarize(timeline: &Timeline) -> Summary {
             count: timeline.sessions.len() as u64,
             worker_ended: ended.len() as u64,
             closed: ended.iter().filter(|s| s.retained == 0).count() as u64,
-            states,
+            states: SessionStates::of(timeline.sessions.iter().map(|s| s.state)),
             retained_bytes: Retained::of(of_state(SessionState::Leaked, |s| s.retained)),
             live_bytes: Retained::of(of_state(SessionState::Live, |s| s.live_at_end)),
-            live_idle_s: {
-                let mut idle = of_state(SessionState::Live, |s| s.idle_ns);
-                idle.sort_unstable();
-                IdleSpread {
-                    p50: percentile(&idle, 50.0) as f64 / 1e9,
-                    max: idle.last().copied().unwrap_or(0) as f64 / 1e9,
-                }
-            },
+            live_idle_s: IdleSpread::of_ns(of_state(SessionState::Live, |s| s.idle_ns)),
             transient_bytes: Spread {
                 p50: percentile(&transient, 50.0),
                 p90: percentile(&transient, 90.0),
@@ -116,11 +105,9 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         findings: findings(timeline),
         missing_signals: timeline.missing_signals.clone(),
         warnings: timeline.warnings.clone(),
-        verdict_kind: VerdictKind::Undecided,
-        verdict: String::new(),
-    };
-    (summary.verdict_kind, summary.verdict) = crate::outputs::verdict::verdict(&summary, timeline);
-    summary
+        verdict_kind: timeline.verdict.kind,
+        verdict: timeline.verdict.text.clone(),
+    }
 }
 
 /// The sites by live bytes, as findings.

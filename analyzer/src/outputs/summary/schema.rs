@@ -1,16 +1,18 @@
 //! `summary.json`'s types: the contract other tools read (field names change
 //! only with [`FORMAT_VERSION`](super::FORMAT_VERSION)). Plain data: the
-//! summary ([`summarize`](super::summarize)), the objects
-//! ([`objects`](crate::outputs::objects)) and the verdict
-//! ([`verdict`](crate::outputs::verdict)) fill it and read it, and it imports
-//! none of them, so none of them imports one that imports it back.
+//! summary ([`summarize`](super::summarize)) and the objects
+//! ([`objects`](crate::outputs::objects)) fill it, and it imports none of
+//! them. The parts the model already holds (the statistics, the session
+//! states, the spawn sites, the verdict's kind) are the model's own types,
+//! serialized as they are.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::ObjectKind;
-use crate::model::{SessionState, percentile};
+pub use crate::model::{
+    IdleSpread, ObjectKind, Retained, SessionStates, SpawnSite, Spread, VerdictKind,
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Summary {
@@ -37,14 +39,6 @@ pub struct Summary {
     pub verdict: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum VerdictKind {
-    Leak,
-    NoLeak,
-    Undecided,
-}
-
 /// `every`, or a sample by bytes whose figures are estimates.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SamplingSummary {
@@ -69,7 +63,7 @@ pub struct Sessions {
     /// byte. The verdict reads `states` instead.
     pub closed: u64,
     /// Sessions per observed state at the end of the recording.
-    pub states: States,
+    pub states: SessionStates,
     /// Per leaked session: bytes still live after its worker ended.
     pub retained_bytes: Retained,
     /// Per live session: bytes it holds at the end.
@@ -77,58 +71,6 @@ pub struct Sessions {
     /// Per live session: seconds since it last did anything (p50, max).
     pub live_idle_s: IdleSpread,
     pub transient_bytes: Spread,
-}
-
-#[derive(Debug, Serialize, Deserialize, Default, Clone, Copy)]
-pub struct States {
-    pub closed: u64,
-    pub leaked: u64,
-    pub live: u64,
-    pub unknown: u64,
-}
-
-impl States {
-    pub(crate) fn count(&mut self, state: SessionState) {
-        match state {
-            SessionState::Closed => self.closed += 1,
-            SessionState::Leaked => self.leaked += 1,
-            SessionState::Live => self.live += 1,
-            SessionState::Unknown => self.unknown += 1,
-        }
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize, Default, Clone)]
-pub struct Retained {
-    pub p50: u64,
-    pub p90: u64,
-    pub max: u64,
-    pub total: u64,
-}
-
-impl Retained {
-    pub(crate) fn of(mut values: Vec<u64>) -> Self {
-        values.sort_unstable();
-        Self {
-            p50: percentile(&values, 50.0),
-            p90: percentile(&values, 90.0),
-            max: values.last().copied().unwrap_or(0),
-            total: values.iter().sum(),
-        }
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize, Default)]
-pub struct IdleSpread {
-    pub p50: f64,
-    pub max: f64,
-}
-
-#[derive(Debug, Serialize, Deserialize, Default)]
-pub struct Spread {
-    pub p50: u64,
-    pub p90: u64,
-    pub max: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -192,24 +134,4 @@ pub struct ObjectSummary {
     pub idle_s: IdleSpread,
     /// Where the kind's objects were spawned from, most alive first (tasks).
     pub spawn_sites: Vec<SpawnSite>,
-}
-
-/// Tasks spawned from one function.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SpawnSite {
-    /// The function (`[unknown] (cells of N B)` when the cell's stack does
-    /// not reach the program's code: a build without frame pointers).
-    pub site: String,
-    /// `site` names a function.
-    pub known: bool,
-    pub count: u64,
-    pub ended: u64,
-    pub alive: u64,
-    pub parked: u64,
-    /// How many belong to a session (counted in its footprint).
-    pub in_sessions: u64,
-    /// Per task alive or parked at the end: bytes it owns.
-    pub alive_bytes: Retained,
-    /// Its tasks are a leak: see [`SpawnSite::is_leak`].
-    pub leak: bool,
 }

@@ -6,7 +6,9 @@
 //! tokio server has them. A task spawned while a session's window is open (its
 //! birth request, its worker's polls) is that session's child, and its bytes
 //! are the session's too. `summary.json`'s `objects` is their view by kind
-//! (`outputs::objects`).
+//! (`outputs::objects`); tasks are also grouped by where they were spawned
+//! ([`spawn_sites`]), which is where a task leak is decided.
 
 pub mod sessions;
+pub mod spawn_sites;
 pub mod tasks;

@@ -14,7 +14,7 @@ fn recording(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn header() -> Header {
+pub(crate) fn header() -> Header {
     Header {
         producer: Producer::InProcess,
         producer_version: "test".into(),

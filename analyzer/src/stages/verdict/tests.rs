@@ -6,7 +6,7 @@ use super::*;
 use crate::model::Category;
 use crate::model::Rest;
 use crate::model::sites::MIN_SETTLED_ALLOCATIONS;
-use crate::outputs::summary::schema::{Retained, SpawnSite, States};
+use crate::model::{Retained, SessionStates, SpawnSite};
 use leakscope_recording::sampling::Sampling;
 
 #[test]
@@ -244,9 +244,9 @@ fn rule_4_parked_tasks_are_a_leak_before_a_site_s_growth() {
     // With sessions all closed, the tasks still are.
     let (kind, text) = decide(&Evidence {
         parked: Some(&tasks),
-        sessions: sessions(States {
+        sessions: sessions(SessionStates {
             closed: 5,
-            ..States::default()
+            ..SessionStates::default()
         }),
         ..recorded()
     });
@@ -254,7 +254,7 @@ fn rule_4_parked_tasks_are_a_leak_before_a_site_s_growth() {
     assert!(text.contains("but outside sessions, 200 tasks"), "{text}");
 }
 
-fn sessions(states: States) -> SessionFigures {
+fn sessions(states: SessionStates) -> SessionFigures {
     SessionFigures {
         count: states.closed + states.leaked + states.live + states.unknown,
         states,
@@ -267,10 +267,10 @@ fn sessions(states: States) -> SessionFigures {
 #[test]
 fn rule_2_a_leaked_session_is_a_leak_and_closed_ones_are_not() {
     let leaked = Evidence {
-        sessions: sessions(States {
+        sessions: sessions(SessionStates {
             leaked: 3,
             closed: 2,
-            ..States::default()
+            ..SessionStates::default()
         }),
         ..recorded()
     };
@@ -282,9 +282,9 @@ fn rule_2_a_leaked_session_is_a_leak_and_closed_ones_are_not() {
     );
     assert!(text.contains("60% of it"), "{text}");
     let closed = Evidence {
-        sessions: sessions(States {
+        sessions: sessions(SessionStates {
             closed: 5,
-            ..States::default()
+            ..SessionStates::default()
         }),
         ..recorded()
     };
@@ -297,9 +297,9 @@ fn rule_2_a_leaked_session_is_a_leak_and_closed_ones_are_not() {
 fn rule_2_closed_sessions_and_a_site_growing_outside_them() {
     let growing = [candidate(1 << 20, 10_240.0)];
     let small = [candidate(8_300, 12.0)];
-    let all_closed = sessions(States {
+    let all_closed = sessions(SessionStates {
         closed: 5,
-        ..States::default()
+        ..SessionStates::default()
     });
     let with = |sites| {
         decide(&Evidence {
@@ -320,10 +320,10 @@ fn rule_2_closed_sessions_and_a_site_growing_outside_them() {
 fn rule_2_an_undecidable_session_makes_the_verdict_undecided() {
     let signals = vec!["worker-drop: no worker ends".to_owned()];
     let (kind, text) = decide(&Evidence {
-        sessions: sessions(States {
+        sessions: sessions(SessionStates {
             unknown: 1,
             closed: 4,
-            ..States::default()
+            ..SessionStates::default()
         }),
         missing_signals: &signals,
         ..recorded()
@@ -332,9 +332,9 @@ fn rule_2_an_undecidable_session_makes_the_verdict_undecided() {
     assert!(text.contains("missing signals: worker-drop"), "{text}");
     // Sampled in-process: said why; a growing site is said, but decides
     // nothing (live sessions awaiting their keep-alive grow sites too).
-    let unknown = sessions(States {
+    let unknown = sessions(SessionStates {
         unknown: 300,
-        ..States::default()
+        ..SessionStates::default()
     });
     let sampled = |sites| {
         decide(&Evidence {
@@ -353,10 +353,10 @@ fn rule_2_an_undecidable_session_makes_the_verdict_undecided() {
     assert!(text.contains("meanwhile `"), "{text}");
     // A leaked one still decides.
     let (kind, _) = decide(&Evidence {
-        sessions: sessions(States {
+        sessions: sessions(SessionStates {
             unknown: 1,
             leaked: 1,
-            ..States::default()
+            ..SessionStates::default()
         }),
         ..recorded()
     });
@@ -372,9 +372,9 @@ fn rule_2_live_sessions_are_a_leak_only_when_the_release_never_reaps_them() {
             sessions: SessionFigures {
                 worker_ended,
                 uninitialized,
-                ..sessions(States {
+                ..sessions(SessionStates {
                     live: 3,
-                    ..States::default()
+                    ..SessionStates::default()
                 })
             },
             rmcp_version: version,

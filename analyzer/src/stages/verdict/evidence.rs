@@ -1,12 +1,12 @@
-//! What the verdict reads: plain figures taken from the summary and the
-//! timeline, so that each rule can be tested on a case built by hand
-//! (`tests.rs`), as inferno's renderers take plain data.
+//! What the verdict reads: plain figures taken from the model, so that each
+//! rule can be tested on a case built by hand (`tests.rs`), as inferno's
+//! renderers take plain data. The figures are the ones `summary.json`
+//! quotes, computed the same way (one [`percentile`]).
 
 use leakscope_recording::sampling::Sampling;
 
-use crate::model::{Category, Rest, Site};
+use crate::model::{Category, Rest, SessionStates, Site, SpawnSite, percentile};
 use crate::model::{SessionState, Timeline};
-use crate::outputs::summary::schema::{ObjectKind, SpawnSite, States, Summary};
 
 /// Everything a verdict rests on.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +39,7 @@ pub struct Evidence<'a> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SessionFigures {
     pub count: u64,
-    pub states: States,
+    pub states: SessionStates,
     pub worker_ended: u64,
     /// p50 of what a leaked session retains.
     pub retained_p50: u64,
@@ -56,43 +56,49 @@ pub struct SessionFigures {
 }
 
 impl<'a> Evidence<'a> {
-    pub fn of(summary: &'a Summary, timeline: &'a Timeline) -> Self {
-        let total_retained: u64 = summary.categories.iter().map(|c| c.retained_bytes).sum();
-        let top = summary.categories.iter().max_by_key(|c| c.retained_bytes);
-        let s = &summary.sessions;
+    pub fn of(timeline: &'a Timeline) -> Self {
+        let sessions = &timeline.sessions;
+        let p50_of = |state: SessionState, figure: fn(&crate::model::Session) -> u64| {
+            let mut values: Vec<u64> = sessions
+                .iter()
+                .filter(|s| s.state == state)
+                .map(figure)
+                .collect();
+            values.sort_unstable();
+            percentile(&values, 50.0)
+        };
+        let retained = |c: &Category| timeline.categories[*c].retained;
+        let total_retained: u64 = Category::ALL.iter().map(retained).sum();
+        let top = Category::ALL.iter().max_by_key(|c| retained(c));
         Evidence {
-            allocs: summary.events.alloc,
-            frees: summary.events.free,
-            lost: summary.events.lost,
+            allocs: timeline.allocs,
+            frees: timeline.frees,
+            lost: timeline.lost,
             alloc_layer_reason: &timeline.header.settings.alloc_layer_reason,
             sites: &timeline.sites,
             rest: timeline.rest,
             sampling: timeline.header.sampling,
             duration_s: timeline.duration_s(),
-            parked: summary
-                .objects
-                .get(&ObjectKind::Task)
-                .and_then(|tasks| tasks.spawn_sites.iter().find(|site| site.leak)),
+            parked: timeline.spawn_sites.iter().find(|site| site.leak),
             sessions: SessionFigures {
-                count: s.count,
-                states: s.states,
-                worker_ended: s.worker_ended,
-                retained_p50: s.retained_bytes.p50,
-                live_idle_p50_s: s.live_idle_s.p50,
-                live_bytes_p50: s.live_bytes.p50,
-                uninitialized: timeline
-                    .sessions
+                count: sessions.len() as u64,
+                states: SessionStates::of(sessions.iter().map(|s| s.state)),
+                worker_ended: sessions
+                    .iter()
+                    .filter(|s| s.worker_end_ns.is_some())
+                    .count() as u64,
+                retained_p50: p50_of(SessionState::Leaked, |s| s.retained),
+                live_idle_p50_s: p50_of(SessionState::Live, |s| s.idle_ns) as f64 / 1e9,
+                live_bytes_p50: p50_of(SessionState::Live, |s| s.live_at_end),
+                uninitialized: sessions
                     .iter()
                     .filter(|s| s.state == SessionState::Live && s.polls <= 1)
                     .count() as u64,
-                top_category: top
-                    .and_then(|c| Category::ALL.into_iter().find(|k| k.name() == c.name))
-                    .map_or("", Category::name),
-                top_category_share: top.map_or(0.0, |c| {
-                    c.retained_bytes as f64 / total_retained.max(1) as f64
-                }),
+                top_category: top.map_or("", |c| c.name()),
+                top_category_share: top
+                    .map_or(0.0, |c| retained(c) as f64 / total_retained.max(1) as f64),
             },
-            missing_signals: &summary.missing_signals,
+            missing_signals: &timeline.missing_signals,
             rmcp_version: timeline.header.rmcp_version.as_deref(),
             births_sampled: timeline.header.sampling.is_sampled()
                 && timeline.header.producer == leakscope_recording::Producer::InProcess,

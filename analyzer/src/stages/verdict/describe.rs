@@ -4,9 +4,8 @@ use leakscope_recording::frames::short_name;
 use leakscope_recording::sampling::Sampling;
 
 use super::{DAY_S, MIN_LEAK_BYTES, MIN_LEAK_BYTES_PER_DAY};
-use crate::model::{Site, site_name};
-use crate::outputs::summary::schema::SpawnSite;
-use crate::units::{bytes, estimated_bytes, estimated_count};
+use crate::model::{Site, SpawnSite, UNKNOWN_SITE, site_name};
+use crate::units::{bytes, keeps};
 
 /// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s
 /// (287 MiB a day)" (in a sampled recording, "~1.2 MiB ±14% in ~500
@@ -49,15 +48,6 @@ fn minutes(seconds: f64) -> String {
     }
 }
 
-/// "keeps 1.2 MiB in 500 blocks", as the verdict and the report's links say it.
-pub(crate) fn keeps(bytes: u64, blocks: u64, sampling: Sampling) -> String {
-    format!(
-        "keeps {} in {} blocks",
-        estimated_bytes(bytes, sampling),
-        estimated_count(blocks, sampling)
-    )
-}
-
 /// "200 tasks spawned from `subscribe` are parked, each keeping 2.0 KiB (p50)
 /// ...; none has ended".
 pub(super) fn describe_parked(site: &SpawnSite) -> String {
@@ -71,7 +61,7 @@ pub(super) fn describe_parked(site: &SpawnSite) -> String {
         format!(
             "from a function their stacks do not reach (they stop inside tokio; {}, one future type)",
             site.site
-                .trim_start_matches(crate::outputs::objects::UNKNOWN_SITE)
+                .trim_start_matches(UNKNOWN_SITE)
                 .trim()
                 .trim_matches(['(', ')'])
         )

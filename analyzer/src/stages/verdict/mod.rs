@@ -1,6 +1,7 @@
-//! The verdict: `summary.json`'s `verdict_kind` and `verdict`, the report's
-//! first line. Every rule rests on something observed, never on silence
-//! (`docs/report.md` states them for readers):
+//! The verdict, the last stage: what the rest of the model comes to
+//! (`summary.json`'s `verdict_kind` and `verdict`, the report's first line).
+//! Every rule rests on something observed, never on silence (`docs/report.md`
+//! states them for readers):
 //!
 //! 1. Nothing was recorded: the allocator was not found (undecided).
 //! 2. With sessions: a leaked session (its map entry kept after its worker
@@ -17,7 +18,7 @@
 //!    else undecided, with what a longer recording would tell.
 //! 4. Tasks, with or without sessions: tasks spawned from one function outside
 //!    sessions that pile up parked, none ending, are a leak
-//!    ([`crate::outputs::objects::SpawnSite`]); they come before a site's growth,
+//!    ([`crate::model::SpawnSite`]); they come before a site's growth,
 //!    which they explain.
 
 mod describe;
@@ -25,20 +26,20 @@ mod evidence;
 mod reaping;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_on_models;
 
-pub(crate) use describe::keeps;
 use describe::{describe_growth, describe_parked, describe_site, describe_small};
 pub use evidence::Evidence;
 pub use reaping::Reaping;
 
-use crate::model::Site;
-use crate::model::Timeline;
-use crate::outputs::summary::schema::{Summary, VerdictKind};
+use crate::model::{Site, Timeline, Verdict, VerdictKind};
 use crate::units::bytes;
 
-/// The report's first line, in plain words, and its kind.
-pub fn verdict(summary: &Summary, timeline: &Timeline) -> (VerdictKind, String) {
-    decide(&Evidence::of(summary, timeline))
+/// What `timeline` comes to: the report's first line, in plain words, and its kind.
+pub fn verdict(timeline: &Timeline) -> Verdict {
+    let (kind, text) = decide(&Evidence::of(timeline));
+    Verdict { kind, text }
 }
 
 /// The verdict from what was observed (rules 1 to 4 above).
