@@ -7,6 +7,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::recorder::mode::recording;
 use super::recorder::own::quietly;
 use super::recorder::{
     RawKind, record_scope, record_session_created, record_session_id, record_task_spawned,
@@ -171,6 +172,12 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        // Nothing to record while off: no lookup either (a cooperative
+        // server pays this on every span it enters, switched on or not). A
+        // session span first entered once recording is on is announced then.
+        if !recording() {
+            return;
+        }
         let Some(span) = ctx.span(id) else {
             return;
         };
@@ -197,6 +204,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if !recording() {
+            return;
+        }
         let Some(span) = ctx.span(id) else {
             return;
         };
@@ -209,6 +219,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if !recording() {
+            return;
+        }
         let target = event.metadata().target();
         let Some(rule) = self.events.iter().find(|r| target.starts_with(&r.target)) else {
             return;
@@ -230,6 +243,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if !recording() {
+            return;
+        }
         let Some(span) = ctx.span(&id) else {
             return;
         };
