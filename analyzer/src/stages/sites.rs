@@ -106,11 +106,15 @@ pub fn sites<'a>(
             site
         })
         .collect();
+    // Ties broken by what the recording fixes (the oldest block's time, the
+    // stack's id), never by the hash map's order: one recording, one report.
     sites.sort_by(|a, b| {
         b.session_bytes
             .cmp(&a.session_bytes)
             .then(b.retained_bytes.cmp(&a.retained_bytes))
             .then_with(|| a.frames.len().cmp(&b.frames.len()))
+            .then(a.first_alloc_ns.cmp(&b.first_alloc_ns))
+            .then(a.stack.cmp(&b.stack))
     });
     sites
 }
