@@ -68,6 +68,8 @@
 //! `streamable_http_session` span (field `id`) that instruments every poll of the
 //! session worker, so the worker's allocations are charged to its session even
 //! though rmcp spawns its task itself. The worker span's close is the worker's end.
+//! The layer filters for itself (a per-layer filter): it reads no other span or
+//! event, and takes none from the application's own layers.
 
 mod alloc;
 #[cfg(feature = "chrome")]

@@ -23,9 +23,14 @@
 //! Done on each batch the writer frames, in order, so no record moves: a
 //! poll whose end falls in the next batch is kept. Only sampled recordings
 //! are coalesced; a recording of every call keeps every poll (its trace
-//! shows each one).
+//! shows each one). The in-process recorder applies the same rule
+//! ([`PollsKept`]) on the thread that makes the polls, before they reach its
+//! buffer: at saturation most of its writer thread's work was polls this
+//! pass then dropped.
 
 use std::collections::{HashMap, HashSet};
+
+use foldhash::fast::RandomState;
 
 use super::{Phase, Record, ScopeKind, TaskEvent};
 
@@ -98,10 +103,28 @@ fn tid_of(record: &Record) -> Option<u32> {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Kept {
+/// Which of an object's polls were kept: the rule of the module docs, for
+/// one object.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PollsKept {
     polls: u8,
     last_ns: u64,
+}
+
+impl PollsKept {
+    /// Whether a poll entered at `ts` that holds nothing says nothing new.
+    pub fn redundant(&self, ts: u64) -> bool {
+        self.polls >= KEPT_FIRST && ts.saturating_sub(self.last_ns) < SPACING_NS
+    }
+
+    /// A poll entered at `ts` is kept.
+    pub fn keep(&mut self, ts: u64) {
+        if self.polls == 0 {
+            self.last_ns = ts;
+        }
+        self.polls = self.polls.saturating_add(1);
+        self.last_ns = self.last_ns.max(ts);
+    }
 }
 
 /// An open poll in the batch being coalesced.
@@ -116,11 +139,11 @@ struct Open {
 /// Remembers, across batches, which polls of each object were kept.
 #[derive(Default)]
 pub struct Coalescer {
-    kept: HashMap<(Class, u64), Kept>,
+    kept: HashMap<(Class, u64), PollsKept, RandomState>,
     /// Tasks whose birth is recorded and not yet their end: recorded blocks
     /// alive (a cell's header is its block's address) and in-process tasks
     /// spawned. Bounded by what is alive, not by what was recorded.
-    born: HashSet<u64>,
+    born: HashSet<u64, RandomState>,
     /// Polls dropped so far.
     dropped: u64,
 }
@@ -134,7 +157,7 @@ impl Coalescer {
     /// Removes from `batch` the polls that hold nothing and say nothing new
     /// (see the module docs); every other record stays, in order.
     pub fn coalesce(&mut self, batch: &mut Vec<Record>) {
-        let mut open: HashMap<u32, Vec<Open>> = HashMap::new();
+        let mut open: HashMap<u32, Vec<Open>, RandomState> = HashMap::default();
         let mut drop = vec![false; batch.len()];
         for (index, record) in batch.iter().enumerate() {
             let Some(tid) = tid_of(record) else {
@@ -197,21 +220,16 @@ impl Coalescer {
         if class == Class::Task && !self.born.contains(&arg) {
             return true;
         }
-        self.kept.get(&(class, arg)).is_some_and(|kept| {
-            kept.polls >= KEPT_FIRST && ts.saturating_sub(kept.last_ns) < SPACING_NS
-        })
+        self.kept
+            .get(&(class, arg))
+            .is_some_and(|kept| kept.redundant(ts))
     }
 
     fn keep(&mut self, class: Class, arg: u64, ts: u64) {
         if self.kept.len() >= OBJECTS {
             self.kept.clear();
         }
-        let kept = self.kept.entry((class, arg)).or_insert(Kept {
-            polls: 0,
-            last_ns: ts,
-        });
-        kept.polls = kept.polls.saturating_add(1);
-        kept.last_ns = kept.last_ns.max(ts);
+        self.kept.entry((class, arg)).or_default().keep(ts);
     }
 
     /// A task's header is the first bytes of its cell: the cell's allocation

@@ -1,6 +1,7 @@
 //! The event buffer between the threads that record and the writer: fixed
 //! size, behind one mutex, never grown, so recording never allocates.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -53,6 +54,39 @@ pub(crate) struct RawEvent {
     pub(super) entry_ts: u64,
     pub(super) depth: u8,
     pub(super) frames: [u64; DEPTH],
+}
+
+impl RawEvent {
+    /// An event of this thread with no stack, made at `ts`.
+    pub(super) fn at(kind: RawKind, addr: u64, ts: u64) -> Self {
+        Self {
+            kind,
+            tid: tid(),
+            ts,
+            addr,
+            old: 0,
+            size: 0,
+            entry_ts: 0,
+            depth: 0,
+            frames: [0; DEPTH],
+        }
+    }
+}
+
+thread_local! {
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The calling thread's id, as events carry it.
+pub(super) fn tid() -> u32 {
+    TID.try_with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::gettid() } as u32);
+        }
+        t.get()
+    })
+    .unwrap_or(0)
 }
 
 /// What the recording threads and the writer share, made once per process.

@@ -1,29 +1,15 @@
 //! What the allocator and the session layer call to record an event.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leakscope_recording::monotonic_ns;
 
-use super::buffer::{RawEvent, RawKind, Shared, lock, push, shared};
+use leakscope_recording::coalesce::PollsKept;
+
+use super::buffer::{RawEvent, RawKind, Shared, lock, push, shared, tid};
 use super::mode::{Mode, mode};
-use super::own;
+use super::{own, polls};
 use crate::stack::{DEPTH, walk};
-
-thread_local! {
-    static TID: Cell<u32> = const { Cell::new(0) };
-}
-
-fn tid() -> u32 {
-    TID.try_with(|t| {
-        if t.get() == 0 {
-            // SAFETY: gettid has no preconditions.
-            t.set(unsafe { libc::gettid() } as u32);
-        }
-        t.get()
-    })
-    .unwrap_or(0)
-}
 
 /// Runs `f` unless recording is off or this thread is doing leakscope's own
 /// work already (what it records then would be leakscope's).
@@ -40,6 +26,13 @@ fn guarded(f: impl FnOnce(&Shared)) {
     }
     f(shared);
     own::leave();
+}
+
+/// Pushes an event of this thread: after the poll entries it is inside of
+/// that wait (see `polls`).
+fn record(shared: &Shared, event: RawEvent) {
+    polls::write_waiting(shared);
+    push(shared, event);
 }
 
 fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
@@ -71,13 +64,13 @@ fn event_entered(
 
 /// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
-    guarded(|shared| push(shared, event(kind, addr, old, size, kind != RawKind::Free)));
+    guarded(|shared| record(shared, event(kind, addr, old, size, kind != RawKind::Free)));
 }
 
 /// Called by the allocator after a realloc that was entered at `entry_ts`.
 pub(crate) fn record_realloc(new: u64, old: u64, size: u64, entry_ts: u64) {
     guarded(|shared| {
-        push(
+        record(
             shared,
             event_entered(RawKind::Realloc, new, old, size, true, entry_ts),
         )
@@ -89,15 +82,27 @@ pub(crate) fn now_ns() -> u64 {
     monotonic_ns()
 }
 
-/// Called by the session layer.
+/// Called by the session layer: a session span's end, a task's.
 pub(crate) fn record_scope(kind: RawKind, key: u64) {
-    guarded(|shared| push(shared, event(kind, key, 0, 0, false)));
+    guarded(|shared| record(shared, event(kind, key, 0, 0, false)));
+}
+
+/// Called by the session layer: a poll of a task or a session span is
+/// entered (`TaskPoll`, `SpanEnter`).
+pub(crate) fn record_poll(kind: RawKind, key: u64) {
+    guarded(|shared| polls::enter(shared, kind, key));
+}
+
+/// Called by the session layer: the poll entered last with this key ends
+/// (`TaskPollEnd`, `SpanExit`); `kept` is its object's polls so far.
+pub(crate) fn record_poll_end(kind: RawKind, key: u64, kept: &mut PollsKept) {
+    guarded(|shared| polls::exit(shared, kind, key, kept));
 }
 
 /// Called by the session layer: a tokio task was spawned here (its span `key`
 /// was just made); the stack says by whom.
 pub(crate) fn record_task_spawned(key: u64) {
-    guarded(|shared| push(shared, event(RawKind::TaskSpawned, key, 0, 0, true)));
+    guarded(|shared| record(shared, event(RawKind::TaskSpawned, key, 0, 0, true)));
 }
 
 /// Called by the session layer: the session id of the innermost open span on this thread.
@@ -120,7 +125,7 @@ fn record_fact(kind: RawKind, id: &str) {
             facts.push(id.to_owned());
             facts.len() as u64 - 1
         };
-        push(shared, event(kind, index, 0, 0, false));
+        record(shared, event(kind, index, 0, 0, false));
     });
 }
 
@@ -133,7 +138,7 @@ static TRACE_ORIGIN: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(feature = "chrome"), allow(dead_code))]
 pub(crate) fn set_trace_origin(ts: u64) {
     TRACE_ORIGIN.store(ts, Ordering::SeqCst);
-    guarded(|shared| push(shared, event(RawKind::TraceOrigin, ts, 0, 0, false)));
+    guarded(|shared| record(shared, event(RawKind::TraceOrigin, ts, 0, 0, false)));
 }
 
 /// The application trace's time zero, 0 when there is none.

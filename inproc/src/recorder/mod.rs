@@ -1,12 +1,14 @@
 //! The in-process recorder: a preallocated event buffer filled by the allocator and
 //! the session layer ([`events`]), drained by a background writer ([`writer`])
 //! into a recording. [`mode`] is what the allocator reads on every call, and
-//! [`own`] the flag that keeps leakscope's own memory out of the recording.
+//! [`own`] the flag that keeps leakscope's own memory out of the recording;
+//! [`polls`] keeps a sampled recording's empty polls out of the buffer.
 
 mod buffer;
 mod events;
 pub(crate) mod mode;
 pub(crate) mod own;
+mod polls;
 pub(crate) mod sampler;
 mod writer;
 
@@ -27,8 +29,8 @@ pub use buffer::unwritten_events;
 #[cfg(feature = "chrome")]
 pub(crate) use events::set_trace_origin;
 pub(crate) use events::{
-    now_ns, record_memory, record_realloc, record_sampled_full, record_scope,
-    record_session_created, record_session_id, record_task_spawned,
+    now_ns, record_memory, record_poll, record_poll_end, record_realloc, record_sampled_full,
+    record_scope, record_session_created, record_session_id, record_task_spawned,
 };
 use mode::{Mode, claim, forked_child, idle, mode, recording, set_mode};
 use writer::{begin, write_loop};
@@ -289,13 +291,20 @@ pub fn start(path: impl AsRef<Path>) -> Result<Guard> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// Recorders are process-wide: tests that start one take turns.
+    pub(in crate::recorder) fn one_recorder_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        ONE.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     /// A recorder starts its own count of dropped events: the previous
     /// recording's losses are not reported again in the next one.
     #[test]
     fn a_new_recorder_starts_its_own_lost_count() {
+        let _one = one_recorder_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         // (Recorders are process-wide, so this test also checks the file:)
         // a link planted at the path is not written through; a recording

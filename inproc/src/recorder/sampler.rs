@@ -41,6 +41,12 @@ pub(crate) fn sampling() -> bool {
     MEAN.load(Ordering::Relaxed) != 0
 }
 
+/// Which recording runs (or ran last): changes at each start.
+#[inline]
+pub(super) fn epoch() -> u32 {
+    EPOCH.load(Ordering::Relaxed)
+}
+
 /// Whether an allocation of `size` bytes is recorded, in a sampled recording.
 #[inline]
 pub(crate) fn sample(size: usize) -> bool {

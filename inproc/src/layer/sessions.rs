@@ -1,5 +1,7 @@
-//! The `tracing` layer that tells the recorder which session a thread works for.
+//! What the layer does with the spans and events its filter lets through:
+//! tells the recorder which session (or task) a thread works for.
 
+use leakscope_recording::coalesce::PollsKept;
 use leakscope_recording::preset::{EventRule, Preset, SpanRule};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber, field::Field, field::Visit};
@@ -7,10 +9,11 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::recorder::mode::recording;
-use super::recorder::own::quietly;
-use super::recorder::{
-    RawKind, record_scope, record_session_created, record_session_id, record_task_spawned,
+use crate::recorder::mode::recording;
+use crate::recorder::own::quietly;
+use crate::recorder::{
+    RawKind, record_poll, record_poll_end, record_scope, record_session_created, record_session_id,
+    record_task_spawned,
 };
 
 /// Per-span state kept in the registry's extensions.
@@ -24,40 +27,37 @@ struct SessionSpan {
     announced: bool,
     /// Its real id has been sent.
     named: bool,
+    /// Which of its polls a sampled recording kept.
+    polls: PollsKept,
 }
 
 /// Marks a tokio task's span (`runtime.spawn`, target `tokio::task`): tokio
 /// makes one per task only in builds with `--cfg tokio_unstable` and its
 /// `tracing` feature, enters it around each poll and closes it when the task
-/// ends.
-struct TaskSpan;
+/// ends. It keeps which of the task's polls a sampled recording kept.
+#[derive(Default)]
+struct TaskSpan {
+    polls: PollsKept,
+}
 
 /// Whether a span is tokio's span of a task.
-fn is_task_span(metadata: &tracing::Metadata<'_>) -> bool {
+pub(super) fn is_task_span(metadata: &tracing::Metadata<'_>) -> bool {
     metadata.name() == "runtime.spawn" && metadata.target() == "tokio::task"
 }
 
-/// Records entering and leaving session spans, and tokio's task spans; see
-/// the crate docs.
+/// Records entering and leaving session spans, and tokio's task spans.
 ///
 /// Which spans mark session work, which field holds the session id, and which
-/// span's close is the worker's end come from a preset's `[[span]]` entries
-/// (`SessionLayer::default()`: the built-in rmcp preset).
+/// span's close is the worker's end come from a preset's `[[span]]` entries.
+/// It sees only what [`super::Callsites`] lets through.
 #[derive(Debug, Clone)]
-pub struct SessionLayer {
+pub(super) struct Sessions {
     spans: Vec<SpanRule>,
     events: Vec<EventRule>,
 }
 
-impl Default for SessionLayer {
-    fn default() -> Self {
-        Self::from_preset(&Preset::builtin())
-    }
-}
-
-impl SessionLayer {
-    /// A layer following `preset`'s spans.
-    pub fn from_preset(preset: &Preset) -> Self {
+impl Sessions {
+    pub(super) fn from_preset(preset: &Preset) -> Self {
         Self {
             spans: preset.spans.clone(),
             events: preset.events.clone(),
@@ -73,10 +73,13 @@ impl SessionLayer {
     }
 }
 
-/// Reads an event's message and its session-id field.
+/// Reads an event's session-id field, and whether its message is the rule's
+/// (compared as it is written out, without making a string of it: the
+/// visitor runs on every event of the rule's target while recording).
 struct EventVisitor<'a> {
     field: &'a str,
-    message: Option<String>,
+    message: &'a str,
+    matches: bool,
     id: Option<String>,
 }
 
@@ -85,7 +88,7 @@ impl Visit for EventVisitor<'_> {
         if field.name() == self.field {
             self.id = Some(value.to_owned());
         } else if field.name() == "message" {
-            self.message = Some(value.to_owned());
+            self.matches = value == self.message;
         }
     }
 
@@ -93,8 +96,30 @@ impl Visit for EventVisitor<'_> {
         if field.name() == self.field {
             self.id = Some(format!("{value:?}").trim_matches('"').to_owned());
         } else if field.name() == "message" {
-            self.message = Some(format!("{value:?}"));
+            let mut same = Same {
+                rest: self.message,
+                same: true,
+            };
+            self.matches = std::fmt::write(&mut same, format_args!("{value:?}")).is_ok()
+                && same.same
+                && same.rest.is_empty();
         }
+    }
+}
+
+/// Whether what is written is `rest`, piece by piece.
+struct Same<'a> {
+    rest: &'a str,
+    same: bool,
+}
+
+impl std::fmt::Write for Same<'_> {
+    fn write_str(&mut self, piece: &str) -> std::fmt::Result {
+        match self.rest.strip_prefix(piece) {
+            Some(rest) if self.same => self.rest = rest,
+            _ => self.same = false,
+        }
+        Ok(())
     }
 }
 
@@ -117,12 +142,12 @@ impl Visit for IdVisitor<'_> {
     }
 }
 
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if is_task_span(attrs.metadata()) {
             quietly(|| {
                 if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(TaskSpan);
+                    span.extensions_mut().insert(TaskSpan::default());
                 }
             });
             // Made inside `tokio::spawn`: the stack names the spawner.
@@ -141,6 +166,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
                     id: visitor.id,
                     announced: false,
                     named: false,
+                    polls: PollsKept::default(),
                 });
             }
         });
@@ -183,13 +209,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         };
         let mut extensions = span.extensions_mut();
         if extensions.get_mut::<TaskSpan>().is_some() {
-            record_scope(RawKind::TaskPoll, id.into_u64());
+            record_poll(RawKind::TaskPoll, id.into_u64());
             return;
         }
         let Some(state) = extensions.get_mut::<SessionSpan>() else {
             return;
         };
-        record_scope(RawKind::SpanEnter, id.into_u64());
+        record_poll(RawKind::SpanEnter, id.into_u64());
         if !state.named {
             match &state.id {
                 Some(session_id) => {
@@ -210,11 +236,11 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let extensions = span.extensions();
-        if extensions.get::<TaskSpan>().is_some() {
-            record_scope(RawKind::TaskPollEnd, id.into_u64());
-        } else if extensions.get::<SessionSpan>().is_some() {
-            record_scope(RawKind::SpanExit, id.into_u64());
+        let mut extensions = span.extensions_mut();
+        if let Some(task) = extensions.get_mut::<TaskSpan>() {
+            record_poll_end(RawKind::TaskPollEnd, id.into_u64(), &mut task.polls);
+        } else if let Some(session) = extensions.get_mut::<SessionSpan>() {
+            record_poll_end(RawKind::SpanExit, id.into_u64(), &mut session.polls);
         }
     }
 
@@ -229,13 +255,12 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         let id = quietly(|| {
             let mut visitor = EventVisitor {
                 field: &rule.id_field,
-                message: None,
+                message: &rule.message,
+                matches: false,
                 id: None,
             };
             event.record(&mut visitor);
-            visitor
-                .id
-                .filter(|_| visitor.message.as_deref() == Some(rule.message.as_str()))
+            visitor.id.filter(|_| visitor.matches)
         });
         if let Some(id) = id {
             record_session_created(&id);
@@ -254,5 +279,38 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SessionLayer {
         } else if self.rule(span.name()).is_some_and(|r| r.worker) {
             record_scope(RawKind::WorkerEnd, id.into_u64());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Same;
+    use std::fmt::Write;
+
+    fn same(expected: &str, pieces: &[&str]) -> bool {
+        let mut same = Same {
+            rest: expected,
+            same: true,
+        };
+        for piece in pieces {
+            same.write_str(piece).unwrap();
+        }
+        same.same && same.rest.is_empty()
+    }
+
+    #[test]
+    fn a_message_is_compared_as_it_is_written() {
+        assert!(same("create new session", &["create new session"]));
+        assert!(same("create new session", &["create ", "new", " session"]));
+        assert!(!same("create new session", &["create new"]));
+        assert!(!same("create new session", &["create new session", "s"]));
+        assert!(!same(
+            "create new session",
+            &["create", "x", " new session"]
+        ));
+        assert!(!same(
+            "create new session",
+            &["create new sessio", "n", "!"]
+        ));
     }
 }

@@ -1,0 +1,116 @@
+//! Which callsites the session layer reads: the preset's spans and events, and
+//! tokio's task spans. Decided once per callsite (`Interest::always` or
+//! `never`), so a callsite it ignores costs the program nothing more per call
+//! than it would without leakscope.
+
+use leakscope_recording::preset::Preset;
+use tracing::Metadata;
+use tracing::subscriber::Interest;
+use tracing_subscriber::layer::{Context, Filter};
+
+use super::sessions::is_task_span;
+
+/// The per-layer filter of [`super::SessionLayer`].
+#[derive(Debug, Clone)]
+pub(super) struct Callsites {
+    /// Names of the spans that mark session work (`[[span]]`).
+    spans: Vec<String>,
+    /// Targets (prefixes) of the events that name a session (`[[event]]`).
+    event_targets: Vec<String>,
+}
+
+impl Callsites {
+    pub(super) fn from_preset(preset: &Preset) -> Self {
+        Self {
+            spans: preset.spans.iter().map(|s| s.name.clone()).collect(),
+            event_targets: preset.events.iter().map(|e| e.target.clone()).collect(),
+        }
+    }
+
+    fn wants(&self, metadata: &Metadata<'_>) -> bool {
+        if metadata.is_span() {
+            is_task_span(metadata) || self.spans.iter().any(|name| name == metadata.name())
+        } else {
+            let target = metadata.target();
+            self.event_targets
+                .iter()
+                .any(|t| target.starts_with(t.as_str()))
+        }
+    }
+}
+
+impl<S> Filter<S> for Callsites {
+    fn enabled(&self, metadata: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        self.wants(metadata)
+    }
+
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if self.wants(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+    use tracing::callsite::DefaultCallsite;
+    use tracing::metadata::Kind;
+
+    fn callsites() -> Callsites {
+        Callsites::from_preset(&Preset::builtin())
+    }
+
+    macro_rules! metadata {
+        ($name:expr, $target:expr, $kind:expr) => {{
+            static CALLSITE: DefaultCallsite = DefaultCallsite::new(&META);
+            static META: Metadata<'static> = Metadata::new(
+                $name,
+                $target,
+                Level::TRACE,
+                None,
+                None,
+                None,
+                tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&CALLSITE)),
+                $kind,
+            );
+            &META
+        }};
+    }
+
+    #[test]
+    fn reads_the_presets_spans_and_events_and_tokios_tasks() {
+        let c = callsites();
+        assert!(c.wants(metadata!("mcp_session", "fixture", Kind::SPAN)));
+        assert!(c.wants(metadata!("streamable_http_session", "rmcp", Kind::SPAN)));
+        assert!(c.wants(metadata!("runtime.spawn", "tokio::task", Kind::SPAN)));
+        assert!(c.wants(metadata!(
+            "event local.rs:1",
+            "rmcp::transport::streamable_http_server::session::local",
+            Kind::EVENT
+        )));
+    }
+
+    #[test]
+    fn ignores_everything_else() {
+        let c = callsites();
+        assert!(!c.wants(metadata!(
+            "transport_worker",
+            "rmcp::transport::worker",
+            Kind::SPAN
+        )));
+        assert!(!c.wants(metadata!("serve_inner", "rmcp::service", Kind::SPAN)));
+        // A span named like an event target, and an event named like a span.
+        assert!(!c.wants(metadata!(
+            "x",
+            "rmcp::transport::streamable_http_server::session::local",
+            Kind::SPAN
+        )));
+        assert!(!c.wants(metadata!("mcp_session", "fixture", Kind::EVENT)));
+        assert!(!c.wants(metadata!("event", "hyper::proto::h1", Kind::EVENT)));
+        assert!(!c.wants(metadata!("runtime.spawn", "my_app", Kind::SPAN)));
+    }
+}

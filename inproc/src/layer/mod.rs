@@ -1,0 +1,144 @@
+//! The `tracing` layer that tells the recorder which session a thread works for.
+//!
+//! Two parts: [`Callsites`], a per-layer filter that lets through only the
+//! spans and events the preset names, and `sessions`, what the layer does with
+//! them. [`SessionLayer`] is the two together.
+//!
+//! Why a filter: a layer that says nothing about callsites is handed every
+//! span and event of the program, at every level: hyper's and h2's `trace!`
+//! events, rmcp's `transport_worker` and `serve_inner` spans entered on every
+//! poll. The registry then builds, enters, exits and closes spans nobody reads.
+//! Measured on `fixture-server-cooperative` at saturation, that was most of the
+//! cost of the cooperative build switched off. A *per-layer* filter (not a
+//! layer's own `register_callsite`) is what keeps the others' spans: a plain
+//! layer that answers `Interest::never` disables a callsite for every layer of
+//! the subscriber, the application's `fmt` layer included.
+
+mod callsites;
+mod sessions;
+
+use std::any::TypeId;
+use std::fmt;
+
+use leakscope_recording::preset::Preset;
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Dispatch, Event, Metadata, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{Filtered, LevelFilter};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::{LookupSpan, Registry};
+
+use callsites::Callsites;
+use sessions::Sessions;
+
+/// Records entering and leaving session spans, and tokio's task spans; see
+/// the crate docs.
+///
+/// Which spans mark session work, which field holds the session id, and which
+/// span's close is the worker's end come from a preset's `[[span]]` entries
+/// (`SessionLayer::default()`: the built-in rmcp preset). It sees no other
+/// span or event: the application's other layers still see all of theirs,
+/// and when it is the only layer the registry does not even make the others.
+pub struct SessionLayer<S = Registry> {
+    inner: Filtered<Sessions, Callsites, S>,
+}
+
+impl<S> Default for SessionLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + 'static,
+{
+    fn default() -> Self {
+        Self::from_preset(&Preset::builtin())
+    }
+}
+
+impl<S> SessionLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + 'static,
+{
+    /// A layer following `preset`'s spans and events.
+    pub fn from_preset(preset: &Preset) -> Self {
+        Self {
+            inner: Sessions::from_preset(preset).with_filter(Callsites::from_preset(preset)),
+        }
+    }
+}
+
+impl<S> fmt::Debug for SessionLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// Every method goes to the filtered layer, so that the registry sees a
+/// per-layer filter (it finds it through `downcast_raw`, and registers it in
+/// `on_layer`).
+impl<S> Layer<S> for SessionLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + 'static,
+{
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        self.inner.on_register_dispatch(subscriber)
+    }
+
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.inner.on_layer(subscriber)
+    }
+
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        self.inner.register_callsite(metadata)
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
+        self.inner.enabled(metadata, ctx)
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.inner.on_new_span(attrs, id, ctx)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.inner.max_level_hint()
+    }
+
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        self.inner.on_record(span, values, ctx)
+    }
+
+    fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
+        self.inner.on_follows_from(span, follows, ctx)
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
+        self.inner.event_enabled(event, ctx)
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        self.inner.on_event(event, ctx)
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        self.inner.on_enter(id, ctx)
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        self.inner.on_exit(id, ctx)
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        self.inner.on_close(id, ctx)
+    }
+
+    fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
+        self.inner.on_id_change(old, new, ctx)
+    }
+
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            return Some(self as *const Self as *const ());
+        }
+        // SAFETY: the same contract, passed on to the layer that holds the rest.
+        unsafe { self.inner.downcast_raw(id) }
+    }
+}
