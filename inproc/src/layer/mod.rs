@@ -142,3 +142,58 @@ where
         unsafe { self.inner.downcast_raw(id) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    /// The application's own layer: counts what it is handed.
+    #[derive(Clone, Default)]
+    struct Counts {
+        spans: Arc<AtomicUsize>,
+        events: Arc<AtomicUsize>,
+    }
+
+    impl<S: Subscriber> Layer<S> for Counts {
+        fn on_new_span(&self, _: &Attributes<'_>, _: &Id, _: Context<'_, S>) {
+            self.spans.fetch_add(1, Ordering::SeqCst);
+        }
+
+        fn on_event(&self, _: &Event<'_>, _: Context<'_, S>) {
+            self.events.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn others() {
+        let span = tracing::trace_span!(target: "rmcp::transport::worker", "transport_worker");
+        let _entered = span.enter();
+        tracing::trace!(target: "hyper::proto::h1", "parsed 3 headers");
+    }
+
+    #[test]
+    fn the_applications_layers_still_see_what_it_ignores() {
+        let counts = Counts::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(SessionLayer::default())
+            .with(counts.clone());
+        tracing::subscriber::with_default(subscriber, others);
+        assert_eq!(counts.spans.load(Ordering::SeqCst), 1);
+        assert_eq!(counts.events.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn alone_it_has_the_registry_make_nothing_it_ignores() {
+        let subscriber = tracing_subscriber::registry().with(SessionLayer::default());
+        tracing::subscriber::with_default(subscriber, || {
+            let ignored = tracing::info_span!(target: "rmcp::service", "serve_inner");
+            assert!(ignored.is_disabled());
+            let session = tracing::info_span!("mcp_session", session_id = "s");
+            assert!(!session.is_disabled());
+        });
+    }
+}

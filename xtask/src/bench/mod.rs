@@ -30,6 +30,7 @@
 mod always_on;
 mod analyzer;
 mod in_process;
+mod instructions;
 mod pairs;
 mod render;
 mod results;
@@ -99,6 +100,10 @@ enum Section {
     /// Sampled at the default mean, left on: detection time and estimate on
     /// the cache server in both modes, the disk a day takes, a day read.
     AlwaysOn,
+    /// Instructions per session under callgrind: the cooperative build off
+    /// and sampled beside the unprobed server (part of a whole run's server
+    /// section; alone with `--only instructions`).
+    Instructions,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -144,6 +149,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         server: None,
         server_programs: None,
         saturation_rounds: None,
+        server_instructions: None,
         in_process: None,
         recording: None,
         analyzer: None,
@@ -198,6 +204,23 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
         } else {
             Outcome::of(server_programs(&env))
+        });
+    }
+    if wanted(Section::Instructions) {
+        let env = ServerEnv {
+            bin: &bin,
+            inproc_server: &inproc_server,
+            probe: &probe,
+            scratch: &scratch,
+            seconds: 0,
+            loads: &[],
+        };
+        results.server_instructions = Some(if args.quick {
+            Outcome::Skipped {
+                skipped: "--quick".into(),
+            }
+        } else {
+            Outcome::of(instructions::instructions(&env))
         });
     }
     if wanted(Section::InProcess) {

@@ -356,12 +356,12 @@ fn churn(env: &ServerEnv, url: &str, load: Option<f64>) -> Result<ChurnReport> {
 }
 
 /// A `fixture-server`, maybe under a wrapper that starts it (heaptrack).
-struct Server {
+pub(super) struct Server {
     /// What was started (the server itself, or its wrapper).
     child: Child,
     /// The server process.
-    pid: u32,
-    url: String,
+    pub(super) pid: u32,
+    pub(super) url: String,
 }
 
 impl Server {
@@ -369,9 +369,25 @@ impl Server {
         Self::start_as(command, "fixture-server")
     }
 
+    /// Starts `command`, a wrapper that runs the server in its own process
+    /// (valgrind): the process started is the server.
+    pub(super) fn start_wrapped(command: Command) -> Result<Self> {
+        let (child, url) = Self::spawn(command)?;
+        let pid = child.id();
+        Ok(Self { child, pid, url })
+    }
+
     /// Starts `command`, whose process (or a descendant's: a wrapper such as
     /// heaptrack) named `program` is the server.
-    fn start_as(mut command: Command, program: &str) -> Result<Self> {
+    fn start_as(command: Command, program: &str) -> Result<Self> {
+        let (child, url) = Self::spawn(command)?;
+        let pid = descendant_named(child.id(), program)
+            .with_context(|| format!("cannot find the {program} process"))?;
+        Ok(Self { child, pid, url })
+    }
+
+    /// Starts `command` and reads the server's URL from its first line.
+    fn spawn(mut command: Command) -> Result<(Child, String)> {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -386,13 +402,11 @@ impl Server {
         )?;
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || output.lines().for_each(drop));
-        let pid = descendant_named(child.id(), program)
-            .with_context(|| format!("cannot find the {program} process"))?;
-        Ok(Self { child, pid, url })
+        Ok((child, url))
     }
 
     /// SIGTERM to the server (it finishes its outputs), then waits for what was started.
-    fn finish(mut self) -> Result<()> {
+    pub(super) fn finish(mut self) -> Result<()> {
         // SAFETY: plain kill(2) on our own (grand)child.
         unsafe { crate::demo::libc_kill(self.pid as i32, 15) };
         let status = self.child.wait()?;

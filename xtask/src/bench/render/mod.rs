@@ -92,6 +92,9 @@ pub(super) fn render(results: &Results) -> String {
     if let Some(rounds) = &results.saturation_rounds {
         server::rounds_section(&mut md, rounds);
     }
+    if let Some(instructions) = &results.server_instructions {
+        server::instructions_section(&mut md, instructions);
+    }
     if let Some(programs) = &results.server_programs {
         server::programs_section(&mut md, programs);
     }

@@ -1,6 +1,8 @@
 //! The server-under-load section and its chart.
 
-use crate::bench::results::{LoadRow, Outcome, SaturationRounds, ServerLoad, ServerPrograms};
+use crate::bench::results::{
+    LoadRow, Outcome, SaturationRounds, ServerInstructions, ServerLoad, ServerPrograms,
+};
 use crate::bench::server::{ServerTool, load_key, loads_of};
 
 /// The server-under-load section: one table per load.
@@ -266,6 +268,59 @@ pub(super) fn rounds_section(md: &mut String, rounds: &Outcome<SaturationRounds>
             tool.label(),
             rates.join(", ")
         );
+    }
+    let _ = writeln!(md);
+}
+
+/// Instructions per session (see `instructions::instructions`).
+pub(super) fn instructions_section(md: &mut String, i: &Outcome<ServerInstructions>) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        md,
+        "### Instructions per session
+"
+    );
+    let Some(i) = i.measured() else {
+        let _ = writeln!(
+            md,
+            "Not measured in this run: {}.\n",
+            i.skipped().unwrap_or("?")
+        );
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "Instructions retired per session, counted by callgrind over {} sessions of churn after a \
+         warm-up, every thread of the server included (the recorder's writer too). They count \
+         work, not time, and repeat within ~0.5% where the rounds above spread by tens of \
+         percent: what a change to the recorder's path saves shows here first. `leaky` is the \
+         hand-composed fixture the rounds run (its own `mcp_session` span around each session's \
+         work); `service` is rmcp's stock `StreamableHttpService`.\n\n\
+         | composition | tool | instructions per session | vs nothing attached |\n\
+         | --- | --- | ---: | ---: |",
+        i.sessions
+    );
+    for (composition, tools) in &i.per_session {
+        for tool in [
+            ServerTool::Unprobed,
+            ServerTool::CooperativeOff,
+            ServerTool::CooperativeSampled,
+        ] {
+            let Some(ir) = tools.get(tool.key()) else {
+                continue;
+            };
+            let ratio = i
+                .vs_unprobed
+                .get(composition)
+                .and_then(|r| r.get(tool.key()))
+                .map_or("1.00x".into(), |r| format!("**{r:.3}x**"));
+            let _ = writeln!(
+                md,
+                "| {composition} | {} | {:.0}k | {ratio} |",
+                tool.label(),
+                ir / 1000.0
+            );
+        }
     }
     let _ = writeln!(md);
 }

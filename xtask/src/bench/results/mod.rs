@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) use always_on::{AlwaysOn, DayRead, Detection, Disk, DiskRow};
 pub(crate) use pairs::{Pairs, ProgramStat, Timing, Timings};
 pub(crate) use server::{
-    CpuPerSession, LoadRow, RoundRatio, SaturationRounds, ServerLoad, ServerProgram,
-    ServerPrograms, ToolLoads,
+    CpuPerSession, LoadRow, RoundRatio, SaturationRounds, ServerInstructions, ServerLoad,
+    ServerProgram, ServerPrograms, ToolLoads,
 };
 
 /// The version of the file's layout.
@@ -46,6 +46,10 @@ pub(crate) struct Results {
     /// Saturation side by side, in rounds: what the sampled modes keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saturation_rounds: Option<Outcome<SaturationRounds>>,
+    /// Instructions per session under callgrind: the cooperative build's
+    /// cost without the machine's noise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_instructions: Option<Outcome<ServerInstructions>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_process: Option<InProcess>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

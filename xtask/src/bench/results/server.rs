@@ -92,6 +92,18 @@ pub(crate) struct SaturationRounds {
     pub vs_unprobed: BTreeMap<String, RoundRatio>,
 }
 
+/// Instructions retired per session under callgrind (see
+/// `instructions::instructions`): per composition, per tool key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ServerInstructions {
+    /// Sessions counted per run (after a warm-up).
+    pub sessions: u64,
+    pub per_session: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Per composition, per tool key but `unprobed`: its instructions over
+    /// the unprobed server's.
+    pub vs_unprobed: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
 /// A ratio measured once per round.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RoundRatio {
