@@ -299,9 +299,78 @@ impl<A: GlobalAlloc> Alloc<A> {
 // own memory over dhat, to System, which dhat frees through), with the
 // caller's arguments unchanged; recording only reads the results.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
+    /// No recorder, or a sampled one whose countdown this block does not
+    /// reach: the inner allocator, straight.
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        match mode() {
+        let mode = mode();
+        if matches!(mode, Mode::Off | Mode::Lingering) || self.unsampled(mode, layout.size()) {
+            // SAFETY: forwarded contract.
+            return unsafe { self.inner.alloc(layout) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.alloc_other(layout, mode) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let mode = mode();
+        if matches!(mode, Mode::Off | Mode::Lingering) || self.unsampled(mode, layout.size()) {
+            // SAFETY: forwarded contract.
+            return unsafe { self.inner.alloc_zeroed(layout) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.alloc_zeroed_other(layout, mode) }
+    }
+
+    /// No recorder, or a sampled one and a block that cannot be sampled.
+    #[inline]
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        let mode = mode();
+        if mode == Mode::Off
+            || (mode == Mode::On
+                && self.own == Own::Inner
+                && !sampled::may_be(block)
+                && sampler::sampling())
+        {
+            // SAFETY: forwarded contract.
+            return unsafe { self.inner.dealloc(block, layout) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.dealloc_other(block, layout, mode) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let mode = mode();
+        if mode == Mode::Off || (!sampled::may_be(block) && self.unsampled(mode, new_size)) {
+            // SAFETY: forwarded contract.
+            return unsafe { self.inner.realloc(block, layout, new_size) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.realloc_other(block, layout, new_size, mode) }
+    }
+}
+
+impl<A: GlobalAlloc> Alloc<A> {
+    /// Whether a call of `size` bytes goes to the inner allocator unrecorded
+    /// for certain: a sampled recording runs, this thread's countdown is
+    /// its own and does not reach zero in the block (then the countdown is
+    /// taken). Over dhat, never: its own memory is told apart first.
+    #[inline]
+    fn unsampled(&self, mode: Mode, size: usize) -> bool {
+        mode == Mode::On && self.own == Own::Inner && sampler::counted_down(size)
+    }
+}
+
+/// Every call the fast paths of [`GlobalAlloc`] below do not take: out of
+/// line, so that those keep to a few tests and a tail call into the inner
+/// allocator (inlined, the callee-saved registers these need were pushed
+/// and popped around every free, recording or not).
+impl<A: GlobalAlloc> Alloc<A> {
+    #[inline(never)]
+    unsafe fn alloc_other(&self, layout: Layout, mode: Mode) -> *mut u8 {
+        match mode {
             // SAFETY: forwarded contract.
             Mode::Off | Mode::Lingering => unsafe { self.inner.alloc(layout) },
             // SAFETY: forwarded contract.
@@ -311,9 +380,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         }
     }
 
-    #[inline]
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        match mode() {
+    #[inline(never)]
+    unsafe fn alloc_zeroed_other(&self, layout: Layout, mode: Mode) -> *mut u8 {
+        match mode {
             // SAFETY: forwarded contract.
             Mode::Off | Mode::Lingering => unsafe { self.inner.alloc_zeroed(layout) },
             // SAFETY: forwarded contract.
@@ -323,9 +392,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         }
     }
 
-    #[inline]
-    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
-        match mode() {
+    #[inline(never)]
+    unsafe fn dealloc_other(&self, block: *mut u8, layout: Layout, mode: Mode) {
+        match mode {
             // SAFETY: forwarded contract.
             Mode::Off => unsafe { self.inner.dealloc(block, layout) },
             // SAFETY: forwarded contract.
@@ -361,9 +430,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         }
     }
 
-    #[inline]
-    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let mode = mode();
+    #[inline(never)]
+    unsafe fn realloc_other(
+        &self,
+        block: *mut u8,
+        layout: Layout,
+        new_size: usize,
+        mode: Mode,
+    ) -> *mut u8 {
         if mode == Mode::Off {
             // SAFETY: forwarded contract.
             return unsafe { self.inner.realloc(block, layout, new_size) };

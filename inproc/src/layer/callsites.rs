@@ -15,15 +15,23 @@ use super::sessions::is_task_span;
 pub(super) struct Callsites {
     /// Names of the spans that mark session work (`[[span]]`).
     spans: Vec<String>,
-    /// Targets (prefixes) of the events that name a session (`[[event]]`).
-    event_targets: Vec<String>,
+    /// The events that name a session (`[[event]]`): their target (a
+    /// prefix) and the field that carries the id. An event of the target
+    /// without that field (rmcp's trace and debug events of every request,
+    /// several a session) cannot be one, and is decided here once rather
+    /// than built and read at every call.
+    events: Vec<(String, String)>,
 }
 
 impl Callsites {
     pub(super) fn from_preset(preset: &Preset) -> Self {
         Self {
             spans: preset.spans.iter().map(|s| s.name.clone()).collect(),
-            event_targets: preset.events.iter().map(|e| e.target.clone()).collect(),
+            events: preset
+                .events
+                .iter()
+                .map(|e| (e.target.clone(), e.id_field.clone()))
+                .collect(),
         }
     }
 
@@ -32,9 +40,9 @@ impl Callsites {
             is_task_span(metadata) || self.spans.iter().any(|name| name == metadata.name())
         } else {
             let target = metadata.target();
-            self.event_targets
-                .iter()
-                .any(|t| target.starts_with(t.as_str()))
+            self.events.iter().any(|(prefix, field)| {
+                target.starts_with(prefix.as_str()) && metadata.fields().field(field).is_some()
+            })
         }
     }
 }
@@ -65,7 +73,10 @@ mod tests {
     }
 
     macro_rules! metadata {
-        ($name:expr, $target:expr, $kind:expr) => {{
+        ($name:expr, $target:expr, $kind:expr) => {
+            metadata!($name, $target, $kind, [])
+        };
+        ($name:expr, $target:expr, $kind:expr, $fields:expr) => {{
             static CALLSITE: DefaultCallsite = DefaultCallsite::new(&META);
             static META: Metadata<'static> = Metadata::new(
                 $name,
@@ -74,7 +85,7 @@ mod tests {
                 None,
                 None,
                 None,
-                tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&CALLSITE)),
+                tracing::field::FieldSet::new(&$fields, tracing::callsite::Identifier(&CALLSITE)),
                 $kind,
             );
             &META
@@ -90,7 +101,8 @@ mod tests {
         assert!(c.wants(metadata!(
             "event local.rs:1",
             "rmcp::transport::streamable_http_server::session::local",
-            Kind::EVENT
+            Kind::EVENT,
+            ["message", "session_id"]
         )));
     }
 
@@ -111,6 +123,13 @@ mod tests {
         )));
         assert!(!c.wants(metadata!("mcp_session", "fixture", Kind::EVENT)));
         assert!(!c.wants(metadata!("event", "hyper::proto::h1", Kind::EVENT)));
+        // The target's other events: none carries the session's id.
+        assert!(!c.wants(metadata!(
+            "event local.rs:2",
+            "rmcp::transport::streamable_http_server::session::local",
+            Kind::EVENT,
+            ["message", "resource", "http_request_id"]
+        )));
         assert!(!c.wants(metadata!("runtime.spawn", "my_app", Kind::SPAN)));
     }
 }

@@ -47,6 +47,27 @@ pub(super) fn epoch() -> u32 {
     EPOCH.load(Ordering::Relaxed)
 }
 
+/// The allocator's fast path: takes `size` bytes off this thread's countdown
+/// and returns true when it stays above zero and was drawn for the running
+/// recording; otherwise returns false and changes nothing ([`sample`]
+/// decides, out of line). A recording of every call never draws a
+/// countdown, so its epoch never matches and every call goes on to be
+/// recorded.
+#[inline]
+pub(crate) fn counted_down(size: usize) -> bool {
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    LEFT.try_with(|left| {
+        let mut now = left.get();
+        now.bytes -= size.max(1) as i64;
+        let counted = now.epoch == epoch && now.bytes > 0;
+        if counted {
+            left.set(now);
+        }
+        counted
+    })
+    .unwrap_or(false)
+}
+
 /// Whether an allocation of `size` bytes is recorded, in a sampled recording.
 #[inline]
 pub(crate) fn sample(size: usize) -> bool {
