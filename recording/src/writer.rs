@@ -25,11 +25,14 @@ const ZSTD_LEVEL: i32 = 1;
 /// coding of format 10, a third). What a kill loses is then at most this much
 /// of the recording's end.
 pub const SAMPLED_FRAME_EVERY: Duration = Duration::from_secs(1);
-/// Level 3, not harder: on the frames of a sampled cooperative recording of
-/// `fixture-server` at saturation, level 9 took 4.6x the time of level 3
-/// for 3.6% fewer bytes (level 6: 2.4x, 4.0%), and the probe's compression
-/// was then over half its CPU, on the cores the server runs on.
-const SAMPLED_ZSTD_LEVEL: i32 = 3;
+/// Level 6: the probe compresses a cooperative target's stream again at this
+/// level, on the cores the server runs on. On the frames of `fixture-server`
+/// at saturation level 9 took 1.9x the time of level 6 and wrote no fewer
+/// bytes (it was over half the probe's CPU); on the bench's day of session
+/// churn (`target/bench/disk-sessions-sampled.lsrec`), 1.5x for 1.2% fewer.
+/// Level 3 took 0.42x level 6's time on both but wrote 3-4% more, and a day
+/// must stay well under 1 GB.
+const SAMPLED_ZSTD_LEVEL: i32 = 6;
 
 /// Writes a recording: header first, then records in framed batches.
 ///
