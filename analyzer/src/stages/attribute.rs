@@ -19,6 +19,13 @@ use crate::model::Category;
 struct RulesFile {
     #[serde(rename = "rule", default)]
     rules: Vec<RuleText>,
+    #[serde(rename = "session-request", default)]
+    session_request: Option<PatternsText>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PatternsText {
+    patterns: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -34,6 +41,10 @@ struct Rule {
 
 pub struct Rules {
     rules: Vec<Rule>,
+    /// The functions that handle the request creating a session (`[session-request]`):
+    /// what they allocate for it in the poll that creates it is the session's
+    /// (the sessions stage, `SessionTracker::alloc`).
+    session_request: Vec<WildMatch>,
 }
 
 impl Rules {
@@ -49,7 +60,9 @@ impl Rules {
             .with_context(|| format!("cannot read rules {}", path.display()))?;
         let mut rules = Self::parse(&text)
             .with_context(|| format!("{} is not a valid rules file", path.display()))?;
-        rules.rules.extend(Self::builtin().rules);
+        let builtin = Self::builtin();
+        rules.rules.extend(builtin.rules);
+        rules.session_request.extend(builtin.session_request);
         Ok(rules)
     }
 
@@ -65,7 +78,19 @@ impl Rules {
                     patterns: r.patterns.iter().map(|p| WildMatch::new(p)).collect(),
                 })
                 .collect(),
+            session_request: file
+                .session_request
+                .into_iter()
+                .flat_map(|r| r.patterns)
+                .map(|p| WildMatch::new(&p))
+                .collect(),
         })
+    }
+
+    /// Whether a stack (function names) passes through the handler of the
+    /// request that creates a session.
+    pub fn in_session_request<'a>(&self, mut frames: impl Iterator<Item = &'a str>) -> bool {
+        frames.any(|frame| self.session_request.iter().any(|p| p.matches(frame)))
     }
 
     /// Which rules have a pattern matching `frame`: bit `i` for rule `i`. `None`

@@ -30,6 +30,8 @@ pub struct Stacks {
     scope_functions: Vec<ScopeFunction>,
     /// Per stack and scope kind: does the stack pass through such a function.
     inside: HashMap<(StackId, ScopeKind), bool>,
+    /// Per stack: does it pass through a session request's handler.
+    in_session_request: HashMap<StackId, bool>,
     /// Stacks cut at a frame outside every mapped executable ([`Stacks::add`]).
     cut: u64,
 }
@@ -45,6 +47,7 @@ impl Stacks {
             mappings: Vec::new(),
             scope_functions: Vec::new(),
             inside: HashMap::default(),
+            in_session_request: HashMap::default(),
             cut: 0,
         }
     }
@@ -89,6 +92,23 @@ impl Stacks {
             })
         });
         self.inside.insert((id, kind), found);
+        found
+    }
+
+    /// Whether `stack` passes through the handler of a request that creates
+    /// a session (the rules' `[session-request]`). False without a stack.
+    pub fn in_session_request(&mut self, stack: Option<StackId>) -> bool {
+        let Some(id) = stack else {
+            return false;
+        };
+        if let Some(&known) = self.in_session_request.get(&id) {
+            return known;
+        }
+        let frames = self.frames(Some(id));
+        let found = self
+            .rules
+            .in_session_request(frames.iter().map(|f| f.function.as_str()));
+        self.in_session_request.insert(id, found);
         found
     }
 

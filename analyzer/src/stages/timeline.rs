@@ -16,7 +16,7 @@ use crate::model::SessionState;
 use crate::model::TaskState;
 use crate::stages::accounting::{Accounting, Block, SessionBytes};
 use crate::stages::attribute::Rules;
-use crate::stages::objects::sessions::SessionTracker;
+use crate::stages::objects::sessions::{Adopted, SessionTracker};
 use crate::stages::objects::tasks::TaskTracker;
 use crate::stages::profile::Allocated;
 use crate::stages::stacks::Stacks;
@@ -145,7 +145,10 @@ impl Builder {
                         self.sessions.task_poll_boundary(tid);
                         self.tasks.poll_end(tid);
                     }
-                    _ => self.sessions.scope(ts, tid, kind, phase, arg),
+                    _ => {
+                        let adopted = self.sessions.scope(ts, tid, kind, phase, arg);
+                        self.adopt(adopted);
+                    }
                 }
             }
             Record::Lost { reason, count, .. } => {
@@ -175,10 +178,11 @@ impl Builder {
                 fact: SessionFact::Created(id),
             } => {
                 self.clock(ts);
-                let (session, blocks) = self.sessions.created(ts, tid, id);
+                let (session, blocks, request) = self.sessions.created(ts, tid, id);
                 for addr in blocks {
                     self.books.adopt(addr, session);
                 }
+                self.adopt(request);
             }
             Record::Session { .. } => {}
             Record::TraceOrigin { ts } => self.trace_origin_ns = Some(ts),
@@ -200,6 +204,20 @@ impl Builder {
                         self.tasks.free(ts, id);
                     }
                 }
+            }
+        }
+    }
+
+    /// A session born now owns blocks allocated before: those still live
+    /// that are still the ones allocated then (an address freed meanwhile
+    /// may hold another thread's block).
+    fn adopt(&mut self, adopted: Option<Adopted>) {
+        let Some(Adopted { session, blocks }) = adopted else {
+            return;
+        };
+        for (addr, ts) in blocks {
+            if self.books.allocated_at(addr) == Some(ts) {
+                self.books.adopt(addr, session);
             }
         }
     }
@@ -242,9 +260,14 @@ impl Builder {
                 .stacks
                 .inside(stack, leakscope_recording::ScopeKind::WorkerPoll);
         let task = self.tasks.polling(tid);
-        let session = self
-            .sessions
-            .alloc(tid, addr, size, category, in_poll)
+        let mut session = self.sessions.alloc(tid, addr, size, category, in_poll);
+        if session.is_none()
+            && self.sessions.wants_request_stack(task.is_some())
+            && self.stacks.in_session_request(stack)
+        {
+            session = self.sessions.request_alloc(ts, tid, addr);
+        }
+        let session = session
             .or_else(|| task.and_then(|t| self.tasks.session(t)))
             .or(inherited);
         // Each sample weighted by itself: summing sizes first and unbiasing

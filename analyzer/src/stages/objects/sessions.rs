@@ -47,6 +47,11 @@ const MAX_ORPHANS: usize = 16;
 /// most (each may be a task's cell, learned at its first poll).
 const MAX_AFTER_BIRTH_BLOCKS: usize = 4096;
 
+/// Blocks a session request's handler allocated in one task poll before a
+/// birth, remembered per thread at most (rmcp 3.11's `handle_post` makes a
+/// few dozen before `create_session`, most of them the service instance).
+const MAX_REQUEST_BLOCKS: usize = 512;
+
 /// A session as this stage first knew it; [`SessionTracker::resolve`] maps it to
 /// the session it was merged into, if any.
 pub type SessionKey = u32;
@@ -108,6 +113,17 @@ pub struct SessionTracker {
     /// runs right after `create_session` returns), so a cell among them is the
     /// session's task.
     after_birth_blocks: HashMap<u64, SessionKey>,
+    /// Per thread, blocks the session request's handler allocated in the
+    /// current task poll with no owner, and when: the session born later in
+    /// the same poll adopts those still live ([`Self::request_alloc`]).
+    request_blocks: HashMap<u32, Vec<(u64, u64)>>,
+}
+
+/// Blocks a session was born to own after they were allocated: `(address,
+/// allocation time)`, adopted if that block is still the one live there.
+pub struct Adopted {
+    pub session: SessionKey,
+    pub blocks: Vec<(u64, u64)>,
 }
 
 impl SessionTracker {
@@ -126,6 +142,37 @@ impl SessionTracker {
         if !self.after_birth.is_empty() {
             self.after_birth.remove(&tid);
         }
+        if !self.request_blocks.is_empty() {
+            self.request_blocks.remove(&tid);
+        }
+    }
+
+    /// Whether a block allocated on a thread inside a task poll may be a
+    /// session request's ([`Self::request_alloc`]): only when task polls are
+    /// probed, which is what bounds the request to one poll.
+    pub fn wants_request_stack(&self, task_polling: bool) -> bool {
+        self.tasks_probed && task_polling
+    }
+
+    /// A block with no owner, allocated on `tid` inside a task poll by the
+    /// handler of a session request (its stack passes through the rules'
+    /// `[session-request]`). The poll that creates a session allocates for
+    /// it before and after the birth window: rmcp's `handle_post` calls the
+    /// service factory (the user's service instance, moved into the
+    /// session's task) before `create_session`, and spawns the session's
+    /// task after it. After a birth in this poll the block is that
+    /// session's; before one, it waits for a birth later in the same poll
+    /// ([`Adopted`]) and is forgotten when the poll ends (a request that
+    /// makes no session keeps it: its connection's, or nobody's).
+    pub fn request_alloc(&mut self, ts: u64, tid: u32, addr: u64) -> Option<SessionKey> {
+        if let Some(&session) = self.after_birth.get(&tid) {
+            return Some(self.resolve(session));
+        }
+        let blocks = self.request_blocks.entry(tid).or_default();
+        if blocks.len() < MAX_REQUEST_BLOCKS {
+            blocks.push((addr, ts));
+        }
+        None
     }
 
     /// Whether a free of a block with no session must still be told (it may be
@@ -220,6 +267,7 @@ impl SessionTracker {
         self.latest_poll.clear();
         self.orphans.clear();
         self.after_birth.clear();
+        self.request_blocks.clear();
     }
 
     /// The session whose window is open on `tid` now (a birth window, a
@@ -268,15 +316,26 @@ impl SessionTracker {
         (addr < end).then(|| self.resolve(session))
     }
 
-    pub fn scope(&mut self, ts: u64, tid: u32, kind: ScopeKind, phase: Phase, arg: u64) {
+    /// A lifecycle scope: returns the blocks a session born here adopts (its
+    /// request's, allocated earlier in the same task poll).
+    pub fn scope(
+        &mut self,
+        ts: u64,
+        tid: u32,
+        kind: ScopeKind,
+        phase: Phase,
+        arg: u64,
+    ) -> Option<Adopted> {
         match (kind, phase) {
             (ScopeKind::SessionCreate, Phase::Enter) if enter(&mut self.create_depth, tid) => {
                 let session = self.new_session(ts, None);
                 self.birth_window.insert(tid, session);
+                let blocks = self.request_blocks.remove(&tid)?;
+                return Some(Adopted { session, blocks });
             }
             (ScopeKind::SessionCreate, Phase::Exit) => {
                 if !exit(&mut self.create_depth, tid) {
-                    return;
+                    return None;
                 }
                 if let Some(session) = self.birth_window.remove(&tid) {
                     if self.pending_spawn.len() == MAX_PENDING_SPAWNS {
@@ -287,7 +346,7 @@ impl SessionTracker {
             }
             (ScopeKind::WorkerSpawn, Phase::Enter) => {
                 if !enter(&mut self.spawn_depth, tid) {
-                    return;
+                    return None;
                 }
                 let mine = self.pending_spawn.iter().rposition(|(t, _)| *t == tid);
                 let index = mine.or((!self.pending_spawn.is_empty()).then_some(0));
@@ -344,6 +403,7 @@ impl SessionTracker {
             }
             _ => {}
         }
+        None
     }
 
     fn touch(&mut self, session: Option<SessionKey>, ts: u64) {

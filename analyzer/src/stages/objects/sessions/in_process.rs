@@ -3,13 +3,20 @@
 //! anonymous session and learn its id only after the worker has named it; the
 //! two are then merged.
 
-use super::{SessionKey, SessionTracker};
+use super::{Adopted, SessionKey, SessionTracker};
 
 impl SessionTracker {
     /// In-process mode: a session with `id` was just created on `tid`. Returns
     /// it, and the unowned map-entry blocks allocated on `tid` since the last
-    /// such fact, which are its own (the caller hands them to the session).
-    pub fn created(&mut self, ts: u64, tid: u32, id: String) -> (SessionKey, Vec<u64>) {
+    /// such fact, which are its own (the caller hands them to the session);
+    /// and, when tokio's task spans say which poll this is, what its
+    /// request allocated for it earlier in the poll ([`Adopted`]).
+    pub fn created(
+        &mut self,
+        ts: u64,
+        tid: u32,
+        id: String,
+    ) -> (SessionKey, Vec<u64>, Option<Adopted>) {
         let session = match self.session_ids.get(&id) {
             Some(&known) => self.resolve(known),
             None => {
@@ -18,7 +25,15 @@ impl SessionTracker {
                 s
             }
         };
-        (session, self.orphans.remove(&tid).unwrap_or_default())
+        let request = self
+            .request_blocks
+            .remove(&tid)
+            .map(|blocks| Adopted { session, blocks });
+        (
+            session,
+            self.orphans.remove(&tid).unwrap_or_default(),
+            request,
+        )
     }
 
     /// In-process mode: the innermost session span on `tid` announced its session id

@@ -160,3 +160,42 @@ fn an_anonymous_span_that_learns_a_known_id_is_merged() {
     assert_eq!(index, vec![0, 0]);
     assert_eq!(lives[0].born_ns, 1);
 }
+
+/// The creating poll's request handler: before the birth its blocks wait for
+/// it, after it they are the session's; a poll that made no session adopts
+/// nothing, and neither does a poll on another thread.
+#[test]
+fn the_creating_polls_request_blocks_are_the_sessions() {
+    let mut t = SessionTracker::default();
+    t.tasks_probed();
+    assert!(t.wants_request_stack(true));
+    assert!(
+        !t.wants_request_stack(false),
+        "outside a task poll: no request"
+    );
+    // A request that makes no session (a tool call): its blocks are forgotten
+    // when its poll ends.
+    assert_eq!(t.request_alloc(1, 1, 0x100), None);
+    t.task_poll_boundary(1);
+    // The creating poll: the service instance, then the birth.
+    assert_eq!(t.request_alloc(2, 1, 0x200), None);
+    assert_eq!(t.request_alloc(3, 2, 0x300), None, "another thread's poll");
+    let adopted = t
+        .scope(4, 1, ScopeKind::SessionCreate, Phase::Enter, 0)
+        .expect("the session adopts its request's blocks");
+    assert_eq!(adopted.session, 0);
+    assert_eq!(adopted.blocks, vec![(0x200, 2)]);
+    t.scope(5, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
+    t.scope(6, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
+    t.scope(7, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
+    // After the birth, until the poll returns.
+    assert_eq!(t.request_alloc(8, 1, 0x400), Some(0));
+    t.task_poll_boundary(1);
+    assert_eq!(t.request_alloc(9, 1, 0x500), None, "the next poll");
+    // Thread 2's poll ends with no birth: nothing of it is adopted later.
+    t.task_poll_boundary(2);
+    assert!(
+        t.scope(10, 2, ScopeKind::SessionCreate, Phase::Enter, 0)
+            .is_none()
+    );
+}
