@@ -155,6 +155,7 @@ pub fn analyze_with_progress(
     let total = reader.total_bytes();
     let mut builder = Builder::new(rules, grace_ns, SAMPLE_INTERVAL_NS)
         .scope_functions(&header.settings.scope_functions)
+        .producer(header.producer)
         .sampling(header.sampling);
     // Reading (file, zstd, postcard) runs on a thread of its own, a few frames
     // ahead of the builder: on a recording of millions of events it is a third

@@ -74,6 +74,15 @@ impl Builder {
         }
     }
 
+    /// Who made the recording (its header's): in-process recordings learn a
+    /// session's birth from a fact, with no task poll to bound its request.
+    pub fn producer(mut self, producer: leakscope_recording::Producer) -> Self {
+        if producer == leakscope_recording::Producer::InProcess {
+            self.sessions.requests_end_at_facts();
+        }
+        self
+    }
+
     /// How the recording chose its allocations (its header's): in a sampled
     /// one, each allocation counts for the blocks and bytes it stands for.
     pub fn sampling(mut self, sampling: Sampling) -> Self {
@@ -261,7 +270,10 @@ impl Builder {
                 .inside(stack, leakscope_recording::ScopeKind::WorkerPoll);
         let task = self.tasks.polling(tid);
         let mut session = self.sessions.alloc(tid, addr, size, category, in_poll);
+        // A map entry's blocks are learned from the birth itself (in-process,
+        // the fact that follows them), never from the request around it.
         if session.is_none()
+            && category != crate::model::Category::SessionMap
             && self.sessions.wants_request_stack(task.is_some())
             && self.stacks.in_session_request(stack)
         {

@@ -116,14 +116,17 @@ pub struct SessionTracker {
     /// Per thread, blocks the session request's handler allocated in the
     /// current task poll with no owner, and when: the session born later in
     /// the same poll adopts those still live ([`Self::request_alloc`]).
-    request_blocks: HashMap<u32, Vec<(u64, u64)>>,
+    request_blocks: HashMap<u32, VecDeque<(u64, u64)>>,
+    /// Births come as facts (in-process recordings): no task poll bounds the
+    /// request, so the newest of its blocks wait for the thread's next fact.
+    requests_end_at_facts: bool,
 }
 
 /// Blocks a session was born to own after they were allocated: `(address,
 /// allocation time)`, adopted if that block is still the one live there.
 pub struct Adopted {
     pub session: SessionKey,
-    pub blocks: Vec<(u64, u64)>,
+    pub blocks: VecDeque<(u64, u64)>,
 }
 
 impl SessionTracker {
@@ -142,7 +145,7 @@ impl SessionTracker {
         if !self.after_birth.is_empty() {
             self.after_birth.remove(&tid);
         }
-        if !self.request_blocks.is_empty() {
+        if !self.request_blocks.is_empty() && !self.requests_end_at_facts {
             self.request_blocks.remove(&tid);
         }
     }
@@ -151,7 +154,13 @@ impl SessionTracker {
     /// session request's ([`Self::request_alloc`]): only when task polls are
     /// probed, which is what bounds the request to one poll.
     pub fn wants_request_stack(&self, task_polling: bool) -> bool {
-        self.tasks_probed && task_polling
+        self.requests_end_at_facts || (self.tasks_probed && task_polling)
+    }
+
+    /// Births come as facts, with no task poll to bound the request that
+    /// makes one: see [`Self::request_alloc`].
+    pub fn requests_end_at_facts(&mut self) {
+        self.requests_end_at_facts = true;
     }
 
     /// A block with no owner, allocated on `tid` inside a task poll by the
@@ -164,14 +173,27 @@ impl SessionTracker {
     /// session's; before one, it waits for a birth later in the same poll
     /// ([`Adopted`]) and is forgotten when the poll ends (a request that
     /// makes no session keeps it: its connection's, or nobody's).
+    ///
+    /// In-process recordings learn a birth from rmcp's "create new session"
+    /// event, and tokio's task polls only in `tokio_unstable` builds: there
+    /// the newest blocks wait for the thread's next birth fact, and those
+    /// freed by then (every finished request's) are not adopted; after the
+    /// fact, the handler's blocks are the session's until the thread enters
+    /// a session span or sees the next birth. A request still in flight on
+    /// the thread at a birth is taken for the new session's: a transient
+    /// error that frees itself.
     pub fn request_alloc(&mut self, ts: u64, tid: u32, addr: u64) -> Option<SessionKey> {
         if let Some(&session) = self.after_birth.get(&tid) {
             return Some(self.resolve(session));
         }
         let blocks = self.request_blocks.entry(tid).or_default();
-        if blocks.len() < MAX_REQUEST_BLOCKS {
-            blocks.push((addr, ts));
+        if blocks.len() == MAX_REQUEST_BLOCKS {
+            if !self.requests_end_at_facts {
+                return None;
+            }
+            blocks.pop_front();
         }
+        blocks.push_back((addr, ts));
         None
     }
 
@@ -379,6 +401,9 @@ impl SessionTracker {
                     .push((arg, session, false));
             }
             (ScopeKind::SessionSpan, Phase::Enter) => {
+                // In-process, a birth's request ends at the latest when its
+                // thread turns to a session's own work.
+                self.after_birth.remove(&tid);
                 let session = self.span_sessions.get(&arg).copied();
                 self.touch(session, ts);
                 self.polls

@@ -29,6 +29,11 @@ impl SessionTracker {
             .request_blocks
             .remove(&tid)
             .map(|blocks| Adopted { session, blocks });
+        if self.requests_end_at_facts {
+            // What the request goes on to allocate for it (the task that
+            // serves it), until the thread turns to a session's own work.
+            self.after_birth.insert(tid, session);
+        }
         (
             session,
             self.orphans.remove(&tid).unwrap_or_default(),

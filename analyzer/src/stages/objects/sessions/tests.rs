@@ -184,7 +184,7 @@ fn the_creating_polls_request_blocks_are_the_sessions() {
         .scope(4, 1, ScopeKind::SessionCreate, Phase::Enter, 0)
         .expect("the session adopts its request's blocks");
     assert_eq!(adopted.session, 0);
-    assert_eq!(adopted.blocks, vec![(0x200, 2)]);
+    assert_eq!(Vec::from(adopted.blocks), vec![(0x200, 2)]);
     t.scope(5, 1, ScopeKind::SessionCreate, Phase::Exit, 0);
     t.scope(6, 1, ScopeKind::WorkerSpawn, Phase::Enter, 0);
     t.scope(7, 1, ScopeKind::WorkerSpawn, Phase::Exit, 0);
@@ -197,5 +197,42 @@ fn the_creating_polls_request_blocks_are_the_sessions() {
     assert!(
         t.scope(10, 2, ScopeKind::SessionCreate, Phase::Enter, 0)
             .is_none()
+    );
+}
+
+/// In-process: a birth fact adopts the newest request blocks of its thread,
+/// whatever task polls say, and a later fact on the thread does not adopt
+/// them again.
+#[test]
+fn in_process_a_birth_fact_adopts_its_threads_request_blocks_and_what_follows() {
+    let mut t = SessionTracker::default();
+    t.requests_end_at_facts();
+    assert!(t.wants_request_stack(false));
+    for i in 0..(MAX_REQUEST_BLOCKS as u64 + 2) {
+        assert_eq!(t.request_alloc(i, 1, 0x1000 + i * 16), None);
+    }
+    t.task_poll_boundary(1);
+    let (session, _, adopted) = t.created(100, 1, "a".into());
+    let adopted = adopted.expect("the request's blocks");
+    assert_eq!(adopted.session, session);
+    assert_eq!(adopted.blocks.len(), MAX_REQUEST_BLOCKS, "the newest kept");
+    assert_eq!(
+        adopted.blocks.back(),
+        Some(&(
+            0x1000 + (MAX_REQUEST_BLOCKS as u64 + 1) * 16,
+            MAX_REQUEST_BLOCKS as u64 + 1
+        ))
+    );
+    // After the fact, the request's blocks are the session's (the task it
+    // spawns to serve it), until the thread enters a session span.
+    assert_eq!(t.request_alloc(101, 1, 0x9000), Some(session));
+    t.scope(102, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
+    assert_eq!(t.request_alloc(103, 1, 0x9100), None);
+    t.scope(104, 1, ScopeKind::SessionSpan, Phase::Exit, 10);
+    let (_, _, again) = t.created(105, 1, "b".into());
+    assert_eq!(
+        again.map(|a| Vec::from(a.blocks)),
+        Some(vec![(0x9100, 103)]),
+        "only what came after the first birth's request ended"
     );
 }
