@@ -106,6 +106,20 @@ fn test() -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    // fixture-server-actix's feature is off in workspace builds (it changes
+    // other crates' features: fixtures/Cargo.toml); its code is linted here.
+    shell::cargo(&[
+        "clippy",
+        "-p",
+        "leakscope-fixtures",
+        "--features",
+        "actix",
+        "--lib",
+        "--bins",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     setup::check_stable_only_crates()?;
     let mut test = std::process::Command::new(shell::cargo_binary());
     test.args(["test", "--workspace", "--all-targets"]);
