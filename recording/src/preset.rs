@@ -121,11 +121,39 @@ pub struct ScopeRule {
 pub struct SpanRule {
     /// The span's name (`tracing` metadata name).
     pub name: String,
-    /// The field that carries the session id.
-    pub id_field: String,
+    /// The field that carries the session id (every span but a serving one).
+    #[serde(default)]
+    pub id_field: Option<String>,
     /// The span instruments the session worker: its close is the worker's end.
     #[serde(default)]
     pub worker: bool,
+    /// The span runs a session's service loop and names no session (rmcp's
+    /// `serve_inner`): the in-process layer gives it the session created
+    /// most recently on its thread and not served yet, else the oldest one
+    /// not served yet (the task that serves a session is spawned right
+    /// after its creation, and mostly polled first on the same thread).
+    #[serde(default)]
+    pub serves: bool,
+}
+
+impl SpanRule {
+    /// How the span names its session.
+    pub fn naming(&self) -> SpanNaming<'_> {
+        match &self.id_field {
+            Some(field) => SpanNaming::Field(field),
+            None => SpanNaming::Unserved,
+        }
+    }
+}
+
+/// How a session span says which session it is ([`SpanRule::naming`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanNaming<'a> {
+    /// Its field of this name carries the session id.
+    Field(&'a str),
+    /// The newest session created on its thread and not served yet, else
+    /// the oldest such ([`SpanRule::serves`]).
+    Unserved,
 }
 
 impl Preset {
@@ -150,7 +178,21 @@ impl Preset {
     }
 
     pub fn parse(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| toml_error(text, &e))
+        let preset: Self = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        for span in &preset.spans {
+            match (&span.id_field, span.serves) {
+                (None, false) => anyhow::bail!(
+                    "span `{}`: needs `id_field` (the field with the session id) or `serves = true`",
+                    span.name
+                ),
+                (Some(_), true) => anyhow::bail!(
+                    "span `{}`: a serving span (`serves = true`) names no session: drop `id_field`",
+                    span.name
+                ),
+                _ => {}
+            }
+        }
+        Ok(preset)
     }
 
     /// The defaults of release `version`, if the preset knows them.
@@ -195,6 +237,13 @@ mod tests {
             assert!(preset.scopes.iter().any(|s| s.kind == kind), "{kind:?}");
         }
         assert!(preset.spans.iter().any(|s| s.worker), "a worker span");
+        assert!(
+            preset
+                .spans
+                .iter()
+                .any(|s| s.naming() == SpanNaming::Unserved),
+            "the serving loop's span"
+        );
         assert!(!preset.events.is_empty(), "the session-created event");
     }
 
@@ -229,5 +278,23 @@ mod tests {
     fn a_misspelt_key_is_an_error() {
         let err = Preset::parse("name = \"x\"\n[[span]]\nname = \"s\"\nid = \"x\"\n").unwrap_err();
         assert!(err.to_string().contains("id"), "{err}");
+    }
+
+    /// A span says how it names its session: by a field, or as a serving
+    /// span; both or neither is an error that says which span.
+    #[test]
+    fn a_span_names_its_session_by_a_field_or_serves() {
+        let span =
+            |body: &str| Preset::parse(&format!("name = \"x\"\n[[span]]\nname = \"s\"\n{body}"));
+        let by_field = span("id_field = \"id\"").unwrap();
+        assert_eq!(by_field.spans[0].naming(), SpanNaming::Field("id"));
+        let serving = span("serves = true").unwrap();
+        assert_eq!(serving.spans[0].naming(), SpanNaming::Unserved);
+        let neither = span("worker = true").unwrap_err().to_string();
+        assert!(neither.contains("span `s`: needs `id_field`"), "{neither}");
+        let both = span("id_field = \"id\"\nserves = true")
+            .unwrap_err()
+            .to_string();
+        assert!(both.contains("names no session"), "{both}");
     }
 }

@@ -4,7 +4,7 @@
 use leakscope_recording::{EndReason, Header, LostReason, Tail};
 
 use super::{
-    CategoryTotals, HeapProfile, PerCategory, Rest, Sample, SessionState, Site, SpawnSite,
+    CategoryTotals, HeapProfile, PerCategory, PerPart, Rest, Sample, SessionState, Site, SpawnSite,
     TaskState, Verdict,
 };
 
@@ -23,6 +23,8 @@ pub struct Session {
     pub retained: u64,
     /// Still live at the end (retained or not).
     pub live_at_end: u64,
+    /// `live_at_end` by the way each block came to be the session's.
+    pub parts: PerPart,
     pub state: SessionState,
     /// How long it had done nothing at the end (no birth, no worker poll since).
     pub idle_ns: u64,

@@ -29,6 +29,8 @@ pub struct SessionBytes {
     pub retained: u64,
     /// Still live at the end (retained or not).
     pub live_at_end: u64,
+    /// `live_at_end` by part.
+    pub parts: PerPart,
     /// Blocks of the session in the `session-map` category (what its map entry
     /// keeps alive: the handle's channel), and how many of them were freed.
     pub map_blocks: u64,
@@ -49,12 +51,13 @@ impl std::ops::AddAssign for SessionBytes {
         self.transient += other.transient;
         self.retained += other.retained;
         self.live_at_end += other.live_at_end;
+        self.parts += other.parts;
         self.map_blocks += other.map_blocks;
         self.map_blocks_freed += other.map_blocks_freed;
     }
 }
 
-use crate::model::{CategoryTotals, STAND_IN_WEIGHT, Sample};
+use crate::model::{CategoryTotals, Part, PerPart, STAND_IN_WEIGHT, Sample};
 
 /// A block allocated and not (yet) freed.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +83,9 @@ pub struct Block {
     pub session: Option<SessionKey>,
     /// The task whose poll allocated it (or, for a task's cell, that task).
     pub task: Option<TaskKey>,
+    /// Its session's because the request that created the session
+    /// allocated it ([`Part::Request`]).
+    pub from_request: bool,
 }
 
 impl Block {
@@ -243,6 +249,15 @@ impl Accounting {
     /// A live block with no owner turned out to be `key`'s (learned after its
     /// allocation): charge it to the session.
     pub fn adopt(&mut self, addr: u64, key: SessionKey) {
+        self.adopt_as(addr, key, false);
+    }
+
+    /// [`Self::adopt`] for what the session's creating request allocated.
+    pub fn adopt_request_block(&mut self, addr: u64, key: SessionKey) {
+        self.adopt_as(addr, key, true);
+    }
+
+    fn adopt_as(&mut self, addr: u64, key: SessionKey, from_request: bool) {
         let Some(block) = self.live.get_mut(&addr) else {
             return;
         };
@@ -250,6 +265,7 @@ impl Accounting {
             return;
         }
         block.session = Some(key);
+        block.from_request = from_request;
         let (size, marks) = (block.size, block.marks_the_entry());
         let session = self.session(key);
         session.allocated += size;
@@ -305,6 +321,9 @@ impl Accounting {
                 }
                 let session = &mut self.sessions[index];
                 session.live_at_end += block.size;
+                session.parts
+                    [Part::of(block.category, block.from_request, block.task.is_some())] +=
+                    block.size;
                 if worker_gone {
                     session.retained += block.size;
                 }

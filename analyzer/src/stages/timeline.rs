@@ -226,7 +226,7 @@ impl Builder {
         };
         for (addr, ts) in blocks {
             if self.books.allocated_at(addr) == Some(ts) {
-                self.books.adopt(addr, session);
+                self.books.adopt_request_block(addr, session);
             }
         }
     }
@@ -270,6 +270,7 @@ impl Builder {
                 .inside(stack, leakscope_recording::ScopeKind::WorkerPoll);
         let task = self.tasks.polling(tid);
         let mut session = self.sessions.alloc(tid, addr, size, category, in_poll);
+        let mut from_request = false;
         // A map entry's blocks are learned from the birth itself (in-process,
         // the fact that follows them), never from the request around it.
         if session.is_none()
@@ -278,6 +279,7 @@ impl Builder {
             && self.stacks.in_session_request(stack)
         {
             session = self.sessions.request_alloc(ts, tid, addr);
+            from_request = session.is_some();
         }
         let session = session
             .or_else(|| task.and_then(|t| self.tasks.session(t)))
@@ -302,6 +304,7 @@ impl Builder {
             stack,
             session,
             task,
+            from_request,
         };
         self.books.alloc(addr, block);
     }
@@ -382,6 +385,7 @@ impl Builder {
                 transient: b.transient,
                 retained: b.retained,
                 live_at_end: b.live_at_end,
+                parts: b.parts,
             })
             .collect();
         let mut spawn_sites: HashMap<Option<leakscope_recording::StackId>, Option<String>> =

@@ -15,6 +15,7 @@
 //! the subscriber, the application's `fmt` layer included.
 
 mod callsites;
+mod serving;
 mod sessions;
 
 use std::any::TypeId;

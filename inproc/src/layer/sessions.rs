@@ -2,18 +2,21 @@
 //! tells the recorder which session (or task) a thread works for.
 
 use leakscope_recording::coalesce::PollsKept;
-use leakscope_recording::preset::{EventRule, Preset, SpanRule};
+use std::sync::Arc;
+
+use leakscope_recording::preset::{EventRule, Preset, SpanNaming, SpanRule};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber, field::Field, field::Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::serving::Serving;
 use crate::recorder::mode::recording;
 use crate::recorder::own::quietly;
 use crate::recorder::{
     RawKind, record_poll, record_poll_end, record_scope, record_session_created, record_session_id,
-    record_task_spawned,
+    record_task_spawned, tid,
 };
 
 /// Per-span state kept in the registry's extensions.
@@ -54,6 +57,9 @@ pub(super) fn is_task_span(metadata: &tracing::Metadata<'_>) -> bool {
 pub(super) struct Sessions {
     spans: Vec<SpanRule>,
     events: Vec<EventRule>,
+    /// The sessions created and not served yet, when the preset has a
+    /// serving span (`None`: nothing to queue).
+    serving: Option<Arc<Serving>>,
 }
 
 impl Sessions {
@@ -61,6 +67,11 @@ impl Sessions {
         Self {
             spans: preset.spans.clone(),
             events: preset.events.clone(),
+            serving: preset
+                .spans
+                .iter()
+                .any(|s| s.naming() == SpanNaming::Unserved)
+                .then(Arc::default),
         }
     }
 
@@ -69,7 +80,23 @@ impl Sessions {
     }
 
     fn id_field(&self, span_name: &str) -> Option<&str> {
-        self.rule(span_name).map(|r| r.id_field.as_str())
+        match self.rule(span_name)?.naming() {
+            SpanNaming::Field(field) => Some(field),
+            SpanNaming::Unserved => None,
+        }
+    }
+
+    /// The id a new span of `rule` starts with: its field's, or for a
+    /// serving span the session it serves ([`Serving`]).
+    fn first_id(&self, rule: &SpanRule, attrs: &Attributes<'_>) -> Option<String> {
+        match rule.naming() {
+            SpanNaming::Field(field) => {
+                let mut visitor = IdVisitor { field, id: None };
+                attrs.record(&mut visitor);
+                visitor.id
+            }
+            SpanNaming::Unserved => self.serving.as_ref()?.serve(tid()),
+        }
     }
 }
 
@@ -154,16 +181,19 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
             record_task_spawned(id.into_u64());
             return;
         }
-        let Some(field) = self.id_field(attrs.metadata().name()) else {
+        let Some(rule) = self.rule(attrs.metadata().name()) else {
             return;
         };
         // The layer's bookkeeping is leakscope's memory, not the application's.
         quietly(|| {
-            let mut visitor = IdVisitor { field, id: None };
-            attrs.record(&mut visitor);
+            let first = self.first_id(rule, attrs);
+            if rule.naming() == SpanNaming::Unserved && first.is_none() {
+                // Serving no session we know of (made before recording began).
+                return;
+            }
             if let Some(span) = ctx.span(id) {
                 span.extensions_mut().insert(SessionSpan {
-                    id: visitor.id,
+                    id: first,
                     announced: false,
                     named: false,
                     polls: PollsKept::default(),
@@ -264,6 +294,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         });
         if let Some(id) = id {
             record_session_created(&id);
+            if let Some(serving) = &self.serving {
+                quietly(|| serving.created(tid(), &id));
+            }
         }
     }
 

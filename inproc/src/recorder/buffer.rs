@@ -78,7 +78,7 @@ thread_local! {
 }
 
 /// The calling thread's id, as events carry it.
-pub(super) fn tid() -> u32 {
+pub(crate) fn tid() -> u32 {
     TID.try_with(|t| {
         if t.get() == 0 {
             // SAFETY: gettid has no preconditions.

@@ -24,8 +24,8 @@ use leakscope_recording::sampling::Sampling;
 use leakscope_recording::target::Target;
 use leakscope_recording::{AllocLayer, FramePointers, Header, Producer, Settings};
 
-pub(crate) use buffer::RawKind;
 pub use buffer::unwritten_events;
+pub(crate) use buffer::{RawKind, tid};
 #[cfg(feature = "chrome")]
 pub(crate) use events::set_trace_origin;
 pub(crate) use events::{
@@ -104,7 +104,14 @@ impl Recorder {
         let spans = preset
             .spans
             .iter()
-            .map(|s| format!("`{}` ({})", s.name, s.id_field))
+            .map(|s| match s.naming() {
+                leakscope_recording::preset::SpanNaming::Field(field) => {
+                    format!("`{}` ({field})", s.name)
+                }
+                leakscope_recording::preset::SpanNaming::Unserved => {
+                    format!("`{}` (serving)", s.name)
+                }
+            })
             .collect::<Vec<_>>()
             .join(" and ");
         // What the program's code keeps of frame pointers decides how stacks

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::READABLE_NAME;
-use crate::model::{Timeline, median};
-use crate::outputs::summary::Summary;
+use crate::model::{Part, Timeline, median};
+use crate::outputs::summary::{SessionParts, Summary};
 use crate::units::bytes;
 
 /// The sessions' sections: categories, per session, the plateau model, and
@@ -88,10 +88,64 @@ pub(super) fn sessions_sections(md: &mut String, summary: &Summary, timeline: &T
         bytes(s.retained_bytes.max)
     );
 
+    session_parts(md, summary);
     if s.worker_ended > 0 {
         plateau_model(md, summary, timeline);
     }
     top_sites(md, summary);
+}
+
+/// What a live and a leaked session hold, by part: the mean session, whose
+/// parts add up to the total shown.
+fn session_parts(md: &mut String, summary: &Summary) {
+    let parts = &summary.sessions.parts;
+    let states = [("live", &parts.live), ("leaked", &parts.leaked)];
+    let shown: Vec<_> = states.iter().filter(|(_, p)| p.sessions > 0).collect();
+    if shown.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\n### What a session holds\n");
+    let _ = writeln!(
+        md,
+        "By how each of its blocks came to be the session's; the mean session of each state, so the parts add up to its total.\n"
+    );
+    let mut header = "| part |".to_owned();
+    let mut rule = "| --- |".to_owned();
+    for (state, p) in &shown {
+        let _ = write!(header, " {state} ({} sessions) |", p.sessions);
+        rule.push_str(" ---: |");
+    }
+    let _ = writeln!(md, "{header} meaning |\n{rule} --- |");
+    for part in Part::ALL {
+        let name = match part {
+            Part::MapEntry => "map entry",
+            Part::Channels => "channels",
+            Part::Request => "creating request",
+            Part::Tasks => "tasks",
+            Part::Scopes => "own scopes",
+        };
+        let mut row = format!("| {name} |");
+        for (_, p) in &shown {
+            let _ = write!(row, " {} |", bytes(part_bytes(p, part)));
+        }
+        let _ = writeln!(md, "{row} {} |", part.meaning());
+    }
+    let mut row = "| **total** |".to_owned();
+    for (_, p) in &shown {
+        let _ = write!(row, " **{}** |", bytes(p.total_bytes));
+    }
+    let _ = writeln!(md, "{row} live at the end of the recording |");
+}
+
+/// The bytes of `part` in the summary's figures.
+fn part_bytes(parts: &SessionParts, part: Part) -> u64 {
+    match part {
+        Part::MapEntry => parts.map_entry_bytes,
+        Part::Channels => parts.channels_bytes,
+        Part::Request => parts.request_bytes,
+        Part::Tasks => parts.tasks_bytes,
+        Part::Scopes => parts.scopes_bytes,
+    }
 }
 
 /// `rate x lifetime x transient` against what was observed (only with

@@ -16,3 +16,65 @@ fn figures_link_once_and_never_inside_a_link() {
         "[50 of 50 sessions](#per-session) leaked; each retains [12.3 KiB (p50)](#per-session), [50](#elsewhere) more"
     );
 }
+
+/// What a session holds is shown by part, and the parts add up to the total
+/// shown (each part's mean rounded, the total their sum), in the report and
+/// in `summary.json`.
+#[test]
+fn a_sessions_parts_add_up_to_the_total_shown() {
+    use crate::model::{PerPart, SessionState};
+    use leakscope_recording::{EndReason, Phase, Record, ScopeKind, Tail};
+    let mut builder = crate::stages::timeline::Builder::new(
+        crate::stages::attribute::Rules::builtin(),
+        1,
+        1_000_000_000,
+    );
+    for (i, ts) in [10u64, 20, 30].into_iter().enumerate() {
+        let tid = i as u32 + 1;
+        for phase in [Phase::Enter, Phase::Exit] {
+            builder.push(Record::Scope {
+                ts,
+                tid,
+                kind: ScopeKind::SessionCreate,
+                phase,
+                arg: 0,
+            });
+        }
+    }
+    builder.push(Record::End {
+        ts: 100,
+        reason: EndReason::Finished,
+    });
+    let mut timeline = builder.finish(crate::stages::timeline::tests::header(), Tail::Clean);
+    assert_eq!(timeline.sessions.len(), 3);
+    let parts = [
+        [100, 40, 0, 16, 8],
+        [100, 40, 96, 16, 8],
+        [100, 40, 0, 16, 9],
+    ];
+    for (session, parts) in timeline.sessions.iter_mut().zip(parts) {
+        session.state = SessionState::Live;
+        session.parts = PerPart(parts);
+        session.live_at_end = session.parts.total();
+    }
+    let summary = crate::outputs::summary::summarize(&timeline);
+    let live = &summary.sessions.parts.live;
+    assert_eq!(
+        (live.sessions, live.request_bytes, live.scopes_bytes),
+        (3, 32, 8)
+    );
+    assert_eq!(live.total_bytes, 100 + 40 + 32 + 16 + 8);
+    assert_eq!(summary.sessions.parts.leaked.sessions, 0);
+    let mut md = String::new();
+    sessions::sessions_sections(&mut md, &summary, &timeline);
+    assert!(
+        md.contains("| part | live (3 sessions) | meaning |"),
+        "{md}"
+    );
+    assert!(md.contains("| creating request | 32 B |"), "{md}");
+    assert!(md.contains("| **total** | **196 B** |"), "{md}");
+    assert!(
+        !md.contains("leaked ("),
+        "no column for a state no session is in"
+    );
+}

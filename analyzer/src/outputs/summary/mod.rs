@@ -19,6 +19,11 @@
 //!   and each finding says how many samples it rests on (`samples`) and the
 //!   relative standard error of its `live_bytes` (`relative_error`, 0 when
 //!   exact). Session and task counts and states stay exact.
+//! * 5: `sessions.parts`: a live and a leaked session's mean bytes by part
+//!   (map entry, channels, the creating request's, tasks, its own scopes),
+//!   adding up to `total_bytes`. A session's bytes now include what the
+//!   request that created it allocated for it. Other fields keep their
+//!   meaning.
 //!
 //! The verdict is the model's (`stages/verdict/` decides it); the summary quotes it.
 
@@ -26,9 +31,9 @@ pub(crate) mod schema;
 
 pub use schema::*;
 
-use crate::model::{Category, SessionState, Site, Timeline, percentile, site_name};
+use crate::model::{Category, Part, PerPart, SessionState, Site, Timeline, percentile, site_name};
 
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// Findings listed in `summary.json` at most.
 const MAX_FINDINGS: usize = 20;
@@ -98,6 +103,10 @@ pub fn summarize(timeline: &Timeline) -> Summary {
                 p90: percentile(&transient, 90.0),
                 max: transient.last().copied().unwrap_or(0),
             },
+            parts: PartsByState {
+                live: parts(timeline, SessionState::Live),
+                leaked: parts(timeline, SessionState::Leaked),
+            },
         },
         objects: crate::outputs::objects::objects(timeline),
         categories,
@@ -108,6 +117,36 @@ pub fn summarize(timeline: &Timeline) -> Summary {
         verdict_kind: timeline.verdict.kind,
         verdict: timeline.verdict.text.clone(),
     }
+}
+
+/// The mean session of `state` by part: each part's mean rounded, the total
+/// their sum (so the parts add up to what is shown).
+fn parts(timeline: &Timeline, state: SessionState) -> SessionParts {
+    let mut sum = PerPart::default();
+    let mut sessions = 0u64;
+    for s in timeline.sessions.iter().filter(|s| s.state == state) {
+        sum += s.parts;
+        sessions += 1;
+    }
+    if sessions == 0 {
+        return SessionParts::default();
+    }
+    let mean = |part: Part| (sum[part] as f64 / sessions as f64).round() as u64;
+    let mut parts = SessionParts {
+        sessions,
+        map_entry_bytes: mean(Part::MapEntry),
+        channels_bytes: mean(Part::Channels),
+        request_bytes: mean(Part::Request),
+        tasks_bytes: mean(Part::Tasks),
+        scopes_bytes: mean(Part::Scopes),
+        total_bytes: 0,
+    };
+    parts.total_bytes = parts.map_entry_bytes
+        + parts.channels_bytes
+        + parts.request_bytes
+        + parts.tasks_bytes
+        + parts.scopes_bytes;
+    parts
 }
 
 /// The sites by live bytes, as findings.

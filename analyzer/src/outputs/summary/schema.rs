@@ -71,6 +71,35 @@ pub struct Sessions {
     /// Per live session: seconds since it last did anything (p50, max).
     pub live_idle_s: IdleSpread,
     pub transient_bytes: Spread,
+    /// What a session holds by part, live and leaked ones apart (format 5).
+    pub parts: PartsByState,
+}
+
+/// A live and a leaked session's bytes by part (format 5).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PartsByState {
+    pub live: SessionParts,
+    pub leaked: SessionParts,
+}
+
+/// Mean bytes per session of one state, by how each block came to be the
+/// session's; the parts add up to `total_bytes` (format 5).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SessionParts {
+    /// Sessions of that state the means are over.
+    pub sessions: u64,
+    /// Its entry in the session map: the handle and what it keeps.
+    pub map_entry_bytes: u64,
+    /// The channels between its handle and its worker.
+    pub channels_bytes: u64,
+    /// What the request that created it allocated for it.
+    pub request_bytes: u64,
+    /// Its tasks: their cells and what their polls allocated.
+    pub tasks_bytes: u64,
+    /// What its worker's polls and its spans allocated otherwise.
+    pub scopes_bytes: u64,
+    /// The sum of the parts: a session's live bytes at the end, on average.
+    pub total_bytes: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -28,7 +28,7 @@
 //!
 //! This stage knows nothing of bytes: the accounting stage asks it who owns a block.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -97,6 +97,10 @@ pub struct SessionTracker {
     latest_poll: HashMap<u32, Option<SessionKey>>,
     /// In-process mode: session of each span key, and of each session id.
     span_sessions: HashMap<u64, SessionKey>,
+    /// In-process mode: span keys inside which their session was born (the
+    /// application's span around `create_session`, which encloses shared
+    /// work too: the map insert and its table's growth).
+    birth_spans: HashSet<u64>,
     session_ids: HashMap<String, SessionKey>,
     worker_ends: Vec<u64>,
     /// Per thread, `session-map` blocks allocated with no owner since the last
@@ -217,10 +221,13 @@ impl SessionTracker {
 
     /// The session a block of `category` allocated now on `tid` belongs to, if
     /// any; a block allocated in a birth window is remembered for provenance by
-    /// containment. In-process session spans enclose more than the session's own
-    /// code (the application's span around `create_session` includes the map
-    /// insert): there a block belongs to the session only when the rules say it is
-    /// session memory (any category but `other`).
+    /// containment. In-process, a span inside which its session was born
+    /// encloses more than the session's own code (the application's span
+    /// around `create_session` includes the map insert): there, once the birth
+    /// is seen, a block belongs to the session only when the rules say it is
+    /// session memory (any category but `other`). The session's other spans
+    /// (its worker's, its service loop's) enclose its own work only, as a
+    /// worker's polls do in eBPF recordings.
     ///
     /// `in_poll`: the block's stack passes through a worker poll function (only
     /// read when polls are probed without exits).
@@ -242,7 +249,11 @@ impl SessionTracker {
             (Some(s), _) => Some(s),
             (None, Some(s)) => Some(s),
             (None, None) => match self.polls.get(&tid).and_then(|p| p.last()).copied() {
-                Some((_, _, true)) if category == Category::Other => None,
+                Some((key, _, true))
+                    if category == Category::Other && self.birth_spans.contains(&key) =>
+                {
+                    None
+                }
                 Some((_, session, _)) => session,
                 None => None,
             },

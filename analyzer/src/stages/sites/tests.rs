@@ -13,6 +13,7 @@ fn block(ts: u64, size: u64, stack: Option<StackId>) -> Block {
         stack,
         session: None,
         task: None,
+        from_request: false,
     }
 }
 

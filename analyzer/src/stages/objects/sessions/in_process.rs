@@ -25,6 +25,11 @@ impl SessionTracker {
                 s
             }
         };
+        // Born inside a session span (the application's around
+        // `create_session`): what follows in it is shared work too.
+        if let Some(&(key, _, true)) = self.polls.get(&tid).and_then(|p| p.last()) {
+            self.birth_spans.insert(key);
+        }
         let request = self
             .request_blocks
             .remove(&tid)
@@ -48,6 +53,7 @@ impl SessionTracker {
         let Some((key, current, _)) = self.polls.get(&tid).and_then(|p| p.last()).copied() else {
             return;
         };
+        let bound = self.span_sessions.get(&key).copied();
         let unnamed_current = current
             .map(|s| self.resolve(s))
             .filter(|s| self.lives[*s as usize].id.is_none());
@@ -67,6 +73,10 @@ impl SessionTracker {
             self.session_ids.insert(id, s);
             s
         };
+        if bound.map(|s| self.resolve(s)) != Some(self.resolve(session)) {
+            // A new span under a reused key (or a new binding): no birth in it yet.
+            self.birth_spans.remove(&key);
+        }
         self.span_sessions.insert(key, session);
         if let Some(top) = self.polls.get_mut(&tid).and_then(|p| p.last_mut()) {
             top.1 = Some(session);

@@ -129,17 +129,47 @@ fn nested_create_and_spawn_scopes_count_once() {
     assert_eq!(lives.len(), 1, "one session, not two");
 }
 
+/// A span in which its session is born (the application's around
+/// `create_session`) holds shared work after the birth: the map's insert and
+/// its table's growth. The session's other spans (its worker's, its service
+/// loop's) hold its own work only, whatever the category.
 #[test]
-fn in_process_spans_keep_only_session_memory() {
+fn in_process_a_birth_span_keeps_only_session_memory_after_the_birth() {
     let mut t = SessionTracker::default();
+    t.requests_end_at_facts();
     t.scope(1, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
-    t.name(1, 1, "a".into());
+    t.name(1, 1, String::new());
     assert_eq!(t.alloc(1, 0x100, 8, Category::SessionMap, false), Some(0));
+    assert_eq!(
+        t.alloc(1, 0x180, 8, Category::Other, false),
+        Some(0),
+        "before the birth: its id"
+    );
+    let (session, _, _) = t.created(2, 1, "a".into());
     assert_eq!(
         t.alloc(1, 0x200, 8, Category::Other, false),
         None,
         "the map's table grows inside the application's span: shared"
     );
+    assert_eq!(t.alloc(1, 0x280, 8, Category::SessionMap, false), Some(0));
+    // The span learns its id: the same session, still its birth span.
+    t.name(3, 1, "a".into());
+    assert_eq!(t.resolve(0), session);
+    assert_eq!(t.alloc(1, 0x300, 8, Category::Other, false), None);
+    t.scope(4, 1, ScopeKind::SessionSpan, Phase::Exit, 10);
+    // Its service loop's span, on another thread: everything is the session's.
+    t.scope(5, 2, ScopeKind::SessionSpan, Phase::Enter, 20);
+    t.name(5, 2, "a".into());
+    assert_eq!(
+        t.alloc(2, 0x400, 8, Category::Other, false)
+            .map(|s| t.resolve(s)),
+        Some(session)
+    );
+    t.scope(6, 2, ScopeKind::SessionSpan, Phase::Exit, 20);
+    // The birth span's key reused by a new span of another session: no birth in it.
+    t.scope(7, 1, ScopeKind::SessionSpan, Phase::Enter, 10);
+    t.name(7, 1, "b".into());
+    assert!(t.alloc(1, 0x500, 8, Category::Other, false).is_some());
 }
 
 #[test]
