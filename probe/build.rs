@@ -27,6 +27,7 @@ fn main() -> anyhow::Result<()> {
              Run `cargo xtask setup` (or `cargo install bpf-linker@0.10.0 --locked`)."
         );
     }
+    share_ebpf_target_dir()?;
     let package = aya_build::Package {
         name: "leakscope-probe-ebpf",
         root_dir: root_dir.to_str().context("non-UTF-8 path")?,
@@ -34,6 +35,34 @@ fn main() -> anyhow::Result<()> {
     };
     aya_build::build_ebpf([package], aya_build::Toolchain::default())
         .context("building the eBPF object failed; `cargo xtask setup` installs nightly's rust-src and bpf-linker")
+}
+
+/// aya-build compiles the eBPF crate (and `core`, with `-Z build-std`) in
+/// `OUT_DIR/aya-build/target/leakscope-probe-ebpf`, and `OUT_DIR` differs
+/// between a check and a build of the probe, and between profiles: a clean
+/// `cargo xtask test` compiled it from scratch twice (clippy's pass, then the
+/// tests'), a minute each. That directory is made a link to one directory
+/// per cargo target directory (`ebpf-build` beside `debug/` and `release/`),
+/// so every build of the probe under it shares one eBPF build; cargo's lock
+/// on it serializes builds that run at once.
+fn share_ebpf_target_dir() -> anyhow::Result<()> {
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    // The cargo target directory: the nearest ancestor cargo tagged as one.
+    let Some(target_dir) = out_dir
+        .ancestors()
+        .skip(1)
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+    else {
+        return Ok(()); // an unusual layout: aya-build's own directory does
+    };
+    let shared = target_dir.join("ebpf-build");
+    std::fs::create_dir_all(&shared)?;
+    let per_build = out_dir.join("aya-build/target/leakscope-probe-ebpf");
+    if std::fs::symlink_metadata(&per_build).is_err() {
+        std::fs::create_dir_all(per_build.parent().context("a parent")?)?;
+        std::os::unix::fs::symlink(&shared, &per_build)?;
+    }
+    Ok(())
 }
 
 fn on_path(program: &str) -> bool {
