@@ -1,14 +1,20 @@
 //! Which callsites the session layer reads: the preset's spans and events, and
 //! tokio's task spans. Decided once per callsite (`Interest::always` or
 //! `never`), so a callsite it ignores costs the program nothing more per call
-//! than it would without leakscope.
+//! than it would without leakscope. A serving span (`serves = true`, rmcp's
+//! `serve_inner`, entered on every poll of a session's service loop) is made
+//! only while recording: its interest is decided again when recording starts
+//! and stops (the recorder rebuilds tracing's interest cache), so switched
+//! off a cooperative build makes none (a per-layer filter's `sometimes` would
+//! not do: the registry still makes a span every filter turned down).
 
-use leakscope_recording::preset::Preset;
+use leakscope_recording::preset::{Preset, SpanNaming};
 use tracing::Metadata;
 use tracing::subscriber::Interest;
 use tracing_subscriber::layer::{Context, Filter};
 
 use super::sessions::is_task_span;
+use crate::recorder::mode::recording;
 
 /// The per-layer filter of [`super::SessionLayer`].
 #[derive(Debug, Clone)]
@@ -21,6 +27,8 @@ pub(super) struct Callsites {
     /// several a session) cannot be one, and is decided here once rather
     /// than built and read at every call.
     events: Vec<(String, String)>,
+    /// Names of the serving spans among `spans`: made only while recording.
+    serving: Vec<String>,
 }
 
 impl Callsites {
@@ -32,7 +40,17 @@ impl Callsites {
                 .iter()
                 .map(|e| (e.target.clone(), e.id_field.clone()))
                 .collect(),
+            serving: preset
+                .spans
+                .iter()
+                .filter(|s| s.naming() == SpanNaming::Unserved)
+                .map(|s| s.name.clone())
+                .collect(),
         }
+    }
+
+    fn is_serving(&self, metadata: &Metadata<'_>) -> bool {
+        metadata.is_span() && self.serving.iter().any(|name| name == metadata.name())
     }
 
     fn wants(&self, metadata: &Metadata<'_>) -> bool {
@@ -49,11 +67,22 @@ impl Callsites {
 
 impl<S> Filter<S> for Callsites {
     fn enabled(&self, metadata: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        if self.is_serving(metadata) {
+            return recording();
+        }
         self.wants(metadata)
     }
 
     fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if self.wants(metadata) {
+        if self.is_serving(metadata) {
+            // Decided again when recording starts or stops
+            // (`rebuild_interest_cache`, from the recorder).
+            if recording() {
+                Interest::always()
+            } else {
+                Interest::never()
+            }
+        } else if self.wants(metadata) {
             Interest::always()
         } else {
             Interest::never()
@@ -97,6 +126,7 @@ mod tests {
         let c = callsites();
         assert!(c.wants(metadata!("mcp_session", "fixture", Kind::SPAN)));
         assert!(c.wants(metadata!("streamable_http_session", "rmcp", Kind::SPAN)));
+        assert!(c.wants(metadata!("serve_inner", "rmcp::service", Kind::SPAN)));
         assert!(c.wants(metadata!("runtime.spawn", "tokio::task", Kind::SPAN)));
         assert!(c.wants(metadata!(
             "event local.rs:1",
@@ -114,7 +144,7 @@ mod tests {
             "rmcp::transport::worker",
             Kind::SPAN
         )));
-        assert!(!c.wants(metadata!("serve_inner", "rmcp::service", Kind::SPAN)));
+        assert!(!c.wants(metadata!("handle_request", "rmcp::service", Kind::SPAN)));
         // A span named like an event target, and an event named like a span.
         assert!(!c.wants(metadata!(
             "x",

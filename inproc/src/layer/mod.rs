@@ -191,10 +191,13 @@ mod tests {
     fn alone_it_has_the_registry_make_nothing_it_ignores() {
         let subscriber = tracing_subscriber::registry().with(SessionLayer::default());
         tracing::subscriber::with_default(subscriber, || {
-            let ignored = tracing::info_span!(target: "rmcp::service", "serve_inner");
+            let ignored = tracing::info_span!(target: "rmcp::service", "handle_request");
             assert!(ignored.is_disabled());
             let session = tracing::info_span!("mcp_session", session_id = "s");
             assert!(!session.is_disabled());
+            // Not recording: a session's service loop gets no span to enter.
+            let serving = tracing::info_span!(target: "rmcp::service", "serve_inner");
+            assert!(serving.is_disabled());
         });
     }
 }

@@ -201,6 +201,9 @@ impl Recorder {
                 }
             })?;
         set_mode(Mode::On);
+        // Spans made only while recording (the layer's serving spans) are
+        // made from now on.
+        own::quietly(tracing::callsite::rebuild_interest_cache);
         writer.thread().unpark();
         match header_written.recv() {
             Ok(Ok(())) => {}
@@ -248,6 +251,7 @@ impl Recorder {
         // Blocks a sampled recording made may still be alive, and must go
         // back with the layout they were made with.
         set_mode(idle());
+        own::quietly(tracing::callsite::rebuild_interest_cache);
         joined
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
             .with_context(|| format!("writing {}", self.path.display()))
