@@ -101,6 +101,38 @@ fn round_trips_header_and_records() {
     assert_eq!(tail, Tail::Clean);
 }
 
+/// A stream the probe re-encodes is stored, not compressed: it reads back
+/// the same, in frames of one block and of several (a block holds 128 KiB).
+#[test]
+fn stored_frames_read_back_the_same() {
+    for (n, flush_every) in [(1, 1), (100, 7), (20_000, 30_000)] {
+        let records = sample(n);
+        let mut writer = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        writer.store();
+        for (i, record) in records.iter().enumerate() {
+            writer.push(record.clone()).unwrap();
+            if (i + 1) % flush_every == 0 {
+                writer.flush().unwrap();
+            }
+        }
+        let bytes = writer
+            .finish(Record::End {
+                ts: 99,
+                reason: EndReason::Duration,
+            })
+            .unwrap();
+        let (_, got, tail) = read(&bytes).unwrap();
+        assert_eq!(&got[..records.len()], &records[..], "{n} records");
+        assert_eq!(tail, Tail::Clean);
+        // Stored: no smaller than what was encoded.
+        assert!(
+            bytes.len() as u64 > 8 * n,
+            "{} bytes for {n} records",
+            bytes.len()
+        );
+    }
+}
+
 #[test]
 fn every_truncation_reads_a_prefix() {
     let records = sample(20);

@@ -15,7 +15,7 @@ const FRAME_RECORDS: usize = 8192;
 /// zstd's fastest level: records frames compress several times over (timestamps,
 /// thread ids and addresses repeat their high bytes), at a cost the producer
 /// pays on its own thread (the probe's; in-process, a thread of the target's,
-/// which is why a stream to the probe stays at this level: `compress_fastest`).
+/// which is why a stream to the probe is not compressed at all: `store`).
 const ZSTD_LEVEL: i32 = 1;
 
 /// A sampled recording's frames are cut at most this often by
@@ -51,8 +51,9 @@ pub struct RecordingWriter<W: Write = BufWriter<File>> {
     frames: u64,
     /// Kept from frame to frame, as the buffers below: a producer writes a
     /// frame every 10 ms or 8,192 records, and making a zstd context and
-    /// growing fresh buffers each time showed in its profile.
-    compressor: zstd::bulk::Compressor<'static>,
+    /// growing fresh buffers each time showed in its profile. `None`: frames
+    /// are stored, not compressed ([`store`](Self::store)).
+    compressor: Option<zstd::bulk::Compressor<'static>>,
     /// The pending records, postcard-encoded.
     encoded: Vec<u8>,
     /// The frame being written: length, checksum, compressed payload.
@@ -89,11 +90,11 @@ impl<W: Write> RecordingWriter<W> {
             out,
             pending: Vec::with_capacity(FRAME_RECORDS),
             frames: 0,
-            compressor: zstd::bulk::Compressor::new(if sampled {
+            compressor: Some(zstd::bulk::Compressor::new(if sampled {
                 SAMPLED_ZSTD_LEVEL
             } else {
                 ZSTD_LEVEL
-            })?,
+            })?),
             encoded: Vec::new(),
             frame: Vec::new(),
             stacks: HashMap::default(),
@@ -103,13 +104,15 @@ impl<W: Write> RecordingWriter<W> {
         })
     }
 
-    /// Compresses at zstd's fastest level from now on, whatever the
-    /// recording's sampling: for a stream that another writer re-encodes
-    /// (the cooperative target's, which the probe decodes and writes to its
-    /// file at the recording's level), where the CPU spent is the target's.
-    pub fn compress_fastest(&mut self) -> io::Result<()> {
-        self.compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
-        Ok(())
+    /// Stores the frames from now on, uncompressed: for a stream that
+    /// another writer re-encodes (the cooperative target's, which the probe
+    /// decodes and writes to its file at the recording's level), where the
+    /// CPU spent is the target's. Even zstd's fastest level was 9.5k
+    /// instructions a session of the target's at saturation (callgrind, rmcp's
+    /// stock service, sampled), a seventh of what recording cost it, for bytes
+    /// that cross a local socket once.
+    pub fn store(&mut self) {
+        self.compressor = None;
     }
 
     /// The id of the stack `frames` (return addresses, innermost first), writing a
@@ -172,11 +175,14 @@ impl<W: Write> RecordingWriter<W> {
         self.frame.extend_from_slice(&[0; 8]);
         self.frame
             .reserve(zstd::zstd_safe::compress_bound(self.encoded.len()));
-        let mut cursor = io::Cursor::new(&mut self.frame);
-        cursor.set_position(8);
-        let compressed = self
-            .compressor
-            .compress_to_buffer(&self.encoded, &mut cursor)?;
+        let compressed = match &mut self.compressor {
+            Some(compressor) => {
+                let mut cursor = io::Cursor::new(&mut self.frame);
+                cursor.set_position(8);
+                compressor.compress_to_buffer(&self.encoded, &mut cursor)?
+            }
+            None => stored_frame(&self.encoded, &mut self.frame)?,
+        };
         let length = u32::try_from(compressed).map_err(io::Error::other)?;
         let checksum = crc32fast::hash(&self.frame[8..]);
         self.frame[..4].copy_from_slice(&length.to_le_bytes());
@@ -208,10 +214,74 @@ impl<W: Write> RecordingWriter<W> {
     }
 }
 
+/// zstd's frame magic number (RFC 8878, 3.1.1).
+const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+/// The largest block a zstd frame may hold (RFC 8878, 3.1.1.2.3).
+const ZSTD_BLOCK_MAX: usize = 128 << 10;
+
+/// Appends `plain` to `frame` as a zstd frame of raw (stored) blocks, and
+/// returns the bytes appended. zstd has no level that stores: every level,
+/// even the negative ones, searches for matches; a frame of raw blocks is
+/// what it writes itself for data that does not compress (RFC 8878,
+/// 3.1.1.2: `Raw_Block`), so every reader of recordings, and any zstd
+/// decoder, reads it unchanged. Its header gives the content size, single
+/// segment, no checksum (the frame's own CRC32 covers it).
+fn stored_frame(plain: &[u8], frame: &mut Vec<u8>) -> io::Result<usize> {
+    let size = u32::try_from(plain.len()).map_err(io::Error::other)?;
+    let start = frame.len();
+    frame.reserve(4 + 1 + 4 + plain.len() + 3 * (plain.len() / ZSTD_BLOCK_MAX + 1));
+    frame.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
+    // Frame_Header_Descriptor: Frame_Content_Size_flag 2 (4 bytes),
+    // Single_Segment_flag (no Window_Descriptor), no checksum, no dictionary.
+    frame.push(0b1010_0000);
+    frame.extend_from_slice(&size.to_le_bytes());
+    let mut blocks = plain.chunks(ZSTD_BLOCK_MAX).peekable();
+    if blocks.peek().is_none() {
+        // One empty last block.
+        frame.extend_from_slice(&[1, 0, 0]);
+    }
+    while let Some(block) = blocks.next() {
+        let last = u32::from(blocks.peek().is_none());
+        // Block_Header: Last_Block, Block_Type 0 (Raw_Block), Block_Size.
+        let header = last | ((block.len() as u32) << 3);
+        frame.extend_from_slice(&header.to_le_bytes()[..3]);
+        frame.extend_from_slice(block);
+    }
+    Ok(frame.len() - start)
+}
+
 fn write_frame(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
     let mut frame = Vec::with_capacity(payload.len() + 8);
     frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
     frame.extend_from_slice(payload);
     out.write_all(&frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// zstd itself reads a stored frame: empty, one block, a block's worth
+    /// exactly, and several blocks.
+    #[test]
+    fn zstd_reads_a_stored_frame() {
+        for len in [
+            0,
+            1,
+            1000,
+            ZSTD_BLOCK_MAX,
+            ZSTD_BLOCK_MAX + 1,
+            3 * ZSTD_BLOCK_MAX + 77,
+        ] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let mut frame = vec![9; 8];
+            let n = stored_frame(&plain, &mut frame).unwrap();
+            assert_eq!(n, frame.len() - 8);
+            let size = zstd::zstd_safe::get_frame_content_size(&frame[8..]);
+            assert!(matches!(size, Ok(Some(n)) if n == len as u64));
+            let back = zstd::bulk::decompress(&frame[8..], len.max(1)).unwrap();
+            assert_eq!(back, plain, "{len} bytes");
+        }
+    }
 }

@@ -3,10 +3,17 @@
 //! `never`), so a callsite it ignores costs the program nothing more per call
 //! than it would without leakscope. A serving span (`serves = true`, rmcp's
 //! `serve_inner`, entered on every poll of a session's service loop) is made
-//! only while recording: its interest is decided again when recording starts
-//! and stops (the recorder rebuilds tracing's interest cache), so switched
-//! off a cooperative build makes none (a per-layer filter's `sometimes` would
-//! not do: the registry still makes a span every filter turned down).
+//! only while a recording of every call runs: its interest is decided again
+//! when recording starts and stops (the recorder rebuilds tracing's interest
+//! cache), so switched off a cooperative build makes none (a per-layer
+//! filter's `sometimes` would not do: the registry still makes a span every
+//! filter turned down). A sampled recording makes none either: rmcp enters
+//! `serve_inner` around every poll of the service loop and of each request's
+//! handler (they are instrumented with `Span::current()`), ~40k instructions
+//! a session at saturation (callgrind, the stock service: 9% of the
+//! server's work, most of what recording cost it), to attribute a session's
+//! service-loop blocks, of which a sample at 512 KiB holds almost none (a
+//! session is ~130 KB): its sessions' bytes are estimates either way.
 
 use leakscope_recording::preset::{Preset, SpanNaming};
 use tracing::Metadata;
@@ -15,6 +22,12 @@ use tracing_subscriber::layer::{Context, Filter};
 
 use super::sessions::is_task_span;
 use crate::recorder::mode::recording;
+use crate::recorder::sampler::sampling;
+
+/// Whether serving spans are made now: while a recording of every call runs.
+fn serving_now() -> bool {
+    recording() && !sampling()
+}
 
 /// The per-layer filter of [`super::SessionLayer`].
 #[derive(Debug, Clone)]
@@ -68,7 +81,7 @@ impl Callsites {
 impl<S> Filter<S> for Callsites {
     fn enabled(&self, metadata: &Metadata<'_>, _: &Context<'_, S>) -> bool {
         if self.is_serving(metadata) {
-            return recording();
+            return serving_now();
         }
         self.wants(metadata)
     }
@@ -77,7 +90,7 @@ impl<S> Filter<S> for Callsites {
         if self.is_serving(metadata) {
             // Decided again when recording starts or stops
             // (`rebuild_interest_cache`, from the recorder).
-            if recording() {
+            if serving_now() {
                 Interest::always()
             } else {
                 Interest::never()

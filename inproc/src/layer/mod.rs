@@ -72,9 +72,9 @@ impl<S> fmt::Debug for SessionLayer<S> {
     }
 }
 
-/// Every method goes to the filtered layer, so that the registry sees a
-/// per-layer filter (it finds it through `downcast_raw`, and registers it in
-/// `on_layer`).
+/// Every method but entering, leaving and closing goes to the filtered
+/// layer, so that the registry sees a per-layer filter (it finds it through
+/// `downcast_raw`, and registers it in `on_layer`).
 impl<S> Layer<S> for SessionLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + 'static,
@@ -119,16 +119,24 @@ where
         self.inner.on_event(event, ctx)
     }
 
+    // Entering, leaving and closing go to the layer itself, past the
+    // filter's check: the filter would look the span up to read whether it
+    // made it, on every poll of every span the subscriber makes, recording
+    // or not, and the layer looks it up again. The layer does nothing while
+    // off, and finds its own state only in spans it was given at their
+    // making (`on_new_span` goes through the filter), so it needs no check:
+    // one lookup a poll while recording, none while off.
+
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        self.inner.on_enter(id, ctx)
+        self.inner.inner().on_enter(id, ctx)
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        self.inner.on_exit(id, ctx)
+        self.inner.inner().on_exit(id, ctx)
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        self.inner.on_close(id, ctx)
+        self.inner.inner().on_close(id, ctx)
     }
 
     fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
@@ -198,6 +206,33 @@ mod tests {
             // Not recording: a session's service loop gets no span to enter.
             let serving = tracing::info_span!(target: "rmcp::service", "serve_inner");
             assert!(serving.is_disabled());
+        });
+    }
+
+    /// A session's service loop gets its span while a recording of every
+    /// call runs, and not while a sampled one does (see `callsites`).
+    #[test]
+    fn serving_spans_are_made_only_while_every_call_is_recorded() {
+        use leakscope_recording::sampling::Sampling;
+
+        fn serving() -> tracing::Span {
+            tracing::info_span!(target: "rmcp::service", "serve_inner")
+        }
+        let _one = crate::recorder::tests::one_recorder_at_a_time();
+        let dir = tempfile::tempdir().unwrap();
+        let subscriber = tracing_subscriber::registry().with(SessionLayer::default());
+        tracing::subscriber::with_default(subscriber, || {
+            let every = crate::Recorder::start(dir.path().join("every.lsrec")).unwrap();
+            assert!(!serving().is_disabled(), "recording every call");
+            every.finish().unwrap();
+            assert!(serving().is_disabled(), "stopped");
+            let sampled = crate::Recorder::start_with(
+                dir.path().join("sampled.lsrec"),
+                Sampling::Bytes { mean: 512 << 10 },
+            )
+            .unwrap();
+            assert!(serving().is_disabled(), "sampled");
+            sampled.finish().unwrap();
         });
     }
 }

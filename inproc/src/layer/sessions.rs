@@ -307,9 +307,12 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         let Some(span) = ctx.span(&id) else {
             return;
         };
-        if span.extensions().get::<TaskSpan>().is_some() {
+        let extensions = span.extensions();
+        if extensions.get::<TaskSpan>().is_some() {
             record_scope(RawKind::TaskEnded, id.into_u64());
-        } else if self.rule(span.name()).is_some_and(|r| r.worker) {
+        } else if extensions.get::<SessionSpan>().is_some()
+            && self.rule(span.name()).is_some_and(|r| r.worker)
+        {
             record_scope(RawKind::WorkerEnd, id.into_u64());
         }
     }

@@ -306,7 +306,7 @@ pub(super) mod tests {
     use super::*;
 
     /// Recorders are process-wide: tests that start one take turns.
-    pub(in crate::recorder) fn one_recorder_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    pub(crate) fn one_recorder_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
         ONE.lock().unwrap_or_else(|e| e.into_inner())
     }
