@@ -424,3 +424,60 @@ mod tests {
         assert_eq!(align_of::<AllocExitRecord>(), 8);
     }
 }
+
+/// Whole stacks from builds without frame pointers (issue 30): the compact
+/// unwind rows `leakscope-probe` compiles from each mapped executable's
+/// `.eh_frame`, for a walk in the kernel to read. One type for both sides, so
+/// the table the host builds is the one the programs search.
+pub mod unwind {
+    /// How to find a frame's caller, from `pc` up to the next row's: the
+    /// canonical frame address (CFA, the stack pointer before the call) from
+    /// `rsp` or `rbp` plus an offset, the return address at CFA - 8, and where
+    /// the caller's `rbp` was saved. 8 bytes: a row per ~40 bytes of code, so a
+    /// binary of 50 MB of text is ~1.2 M rows, ~10 MB of map.
+    #[repr(C)]
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub struct UnwindRow {
+        /// Where the rule starts: the address less the table's base (its
+        /// first function's start).
+        pub pc: u32,
+        /// The offset added to the register of [`kind::CFA_RSP`] or
+        /// [`kind::CFA_RBP`].
+        pub cfa_off: u16,
+        /// One of [`kind`].
+        pub kind: u8,
+        /// Where the caller's `rbp` is: at CFA + 8 * `rbp` when negative,
+        /// unchanged when 0, unknown when [`RBP_LOST`].
+        pub rbp: i8,
+    }
+
+    /// What a row says.
+    pub mod kind {
+        /// No rule the walk can follow (a CFA from another register or an
+        /// expression, a return address elsewhere than CFA - 8, a gap between
+        /// functions): the stack ends here, cut. 0, so a zeroed row says it.
+        pub const UNSUPPORTED: u8 = 0;
+        /// CFA = rsp + `cfa_off`.
+        pub const CFA_RSP: u8 = 1;
+        /// CFA = rbp + `cfa_off`.
+        pub const CFA_RBP: u8 = 2;
+        /// A PLT entry: CFA = rsp + 8, + 8 more when `pc & 15 >= 11` (the
+        /// expression every x86-64 linker writes for `.plt`).
+        pub const PLT11: u8 = 3;
+        /// The same with 10 (`.plt.sec` and some linkers' `.plt`).
+        pub const PLT10: u8 = 4;
+        /// The return address is undefined: the outermost frame (`_start`,
+        /// a thread's start). The stack is whole.
+        pub const STOP: u8 = 5;
+        /// A signal frame (`__restore_rt`): the caller is in the saved
+        /// context, which the walk does not read; the stack ends here, cut.
+        pub const SIGNAL: u8 = 6;
+    }
+
+    /// [`UnwindRow::rbp`]: the caller's `rbp` cannot be found.
+    pub const RBP_LOST: i8 = i8::MIN;
+
+    /// Rows per map value: 4 KiB values, so a table of a million rows is
+    /// ~2,000 map updates, not a million.
+    pub const ROWS_PER_CHUNK: usize = 512;
+}

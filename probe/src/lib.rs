@@ -20,6 +20,7 @@ pub mod loader;
 pub mod plan;
 pub mod symbols;
 pub mod trampoline;
+pub mod unwind;
 
 /// The compiled eBPF object, built by `build.rs` from `probe-ebpf`.
 #[cfg(feature = "ebpf")]

@@ -1,0 +1,13 @@
+//! Whole stacks from builds without frame pointers (issue 30).
+//!
+//! Most Rust servers ship a plain `cargo build --release`: no frame pointers,
+//! so the probe's frame-pointer walk stops after a frame. Every Rust binary
+//! carries `.eh_frame` for panics, though, and the profilers that unwind such
+//! builds in the kernel (the OpenTelemetry eBPF profiler, Parca's agent
+//! before it) compile it into compact tables a BPF program can search. This
+//! module is that compiler ([`table`]); the walk in the kernel, the maps and
+//! the loader's part are not built yet (`docs/plans/issue-30-eh-frame.md`).
+
+pub mod table;
+
+pub use table::{Table, TableError};
