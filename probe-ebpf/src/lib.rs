@@ -480,4 +480,155 @@ pub mod unwind {
     /// Rows per map value: 4 KiB values, so a table of a million rows is
     /// ~2,000 map updates, not a million.
     pub const ROWS_PER_CHUNK: usize = 512;
+
+    /// Steps of the binary search of a mapping's rows: up to 8 M rows, ~6x
+    /// what a binary of 50 MB of text needs.
+    pub const SEARCH_STEPS: u32 = 23;
+
+    /// An executable mapping of the target, and where its rows are among all
+    /// of the target's.
+    #[repr(C)]
+    #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+    pub struct ExecMapping {
+        pub start: u64,
+        pub end: u64,
+        /// An address in the mapping less this is its row `pc` (the load
+        /// bias plus the table's base).
+        pub bias: u64,
+        /// The mapping's rows: `first_row..first_row + rows`.
+        pub first_row: u32,
+        pub rows: u32,
+    }
+
+    /// A frame's registers, as far as the walk knows them.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub struct Frame {
+        pub pc: u64,
+        pub sp: u64,
+        /// 0 when unknown.
+        pub bp: u64,
+    }
+
+    /// What a walk reads: in the kernel, BPF maps and the target's stack; in
+    /// tests, a process's own tables and memory. The step itself is the same
+    /// code on both sides.
+    pub trait Source {
+        /// The mapping `pc` is in.
+        fn mapping(&mut self, pc: u64) -> Option<ExecMapping>;
+        /// Row `index` among all the target's.
+        fn row(&mut self, index: u32) -> Option<UnwindRow>;
+        /// The 8 bytes at `address` of the target's stack.
+        fn read(&mut self, address: u64) -> Option<u64>;
+    }
+
+    /// Where one step of a walk got.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub enum Step {
+        /// The caller's frame: its `pc` is the return address.
+        Caller(Frame),
+        /// The outermost frame: the stack is whole.
+        Outermost,
+        /// The walk cannot go on: the stack is cut here.
+        Cut(Cut),
+    }
+
+    /// Why a walk stopped before the outermost frame.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    #[repr(u32)]
+    pub enum Cut {
+        /// The pc is in no executable mapping with a table (JIT code, a
+        /// library mapped after the tables were made, a bad return address).
+        NoMapping = 0,
+        /// Below the mapping's first row, or the search ran out of steps.
+        NoRow = 1,
+        /// A rule the table cannot express, or a gap between functions.
+        Unsupported = 2,
+        /// A signal frame.
+        Signal = 3,
+        /// The CFA is rbp-based and rbp was lost on the way.
+        NoFramePointer = 4,
+        /// The stack could not be read.
+        Read = 5,
+        /// The CFA is not above the stack pointer: the stack would not grow.
+        Backwards = 6,
+    }
+
+    /// One frame up: the caller of `frame`. `interrupted` is true for a
+    /// frame stopped at any instruction (a probe at a function's entry), false
+    /// for one whose `pc` is a return address, looked up at `pc - 1`, inside
+    /// the call (a call can be a function's last instruction).
+    #[inline(always)]
+    pub fn step<S: Source>(source: &mut S, frame: Frame, interrupted: bool) -> Step {
+        let look = if interrupted {
+            frame.pc
+        } else {
+            frame.pc.wrapping_sub(1)
+        };
+        let Some(mapping) = source.mapping(look) else {
+            return Step::Cut(Cut::NoMapping);
+        };
+        let Some(row) = find(source, &mapping, look) else {
+            return Step::Cut(Cut::NoRow);
+        };
+        let offset = row.cfa_off as u64;
+        let cfa = match row.kind {
+            kind::CFA_RSP => frame.sp.wrapping_add(offset),
+            kind::CFA_RBP if frame.bp == 0 => return Step::Cut(Cut::NoFramePointer),
+            kind::CFA_RBP => frame.bp.wrapping_add(offset),
+            kind::PLT11 | kind::PLT10 => {
+                let threshold = if row.kind == kind::PLT11 { 11 } else { 10 };
+                frame.sp + 8 + if frame.pc & 15 >= threshold { 8 } else { 0 }
+            }
+            kind::STOP => return Step::Outermost,
+            kind::SIGNAL => return Step::Cut(Cut::Signal),
+            _ => return Step::Cut(Cut::Unsupported),
+        };
+        if cfa <= frame.sp {
+            return Step::Cut(Cut::Backwards);
+        }
+        let Some(pc) = source.read(cfa - 8) else {
+            return Step::Cut(Cut::Read);
+        };
+        let bp = match row.rbp {
+            0 => frame.bp,
+            RBP_LOST => 0,
+            slot if slot < 0 => match source.read(cfa.wrapping_add_signed(8 * slot as i64)) {
+                Some(bp) => bp,
+                None => return Step::Cut(Cut::Read),
+            },
+            _ => 0,
+        };
+        Step::Caller(Frame { pc, sp: cfa, bp })
+    }
+
+    /// The row of `mapping` that covers `pc`: the last that starts at or
+    /// before it, by a binary search of at most [`SEARCH_STEPS`] steps.
+    #[inline(always)]
+    fn find<S: Source>(source: &mut S, mapping: &ExecMapping, pc: u64) -> Option<UnwindRow> {
+        let relative = pc.checked_sub(mapping.bias)?;
+        if mapping.rows == 0 || relative > u32::MAX as u64 {
+            return None;
+        }
+        let relative = relative as u32;
+        if source.row(mapping.first_row)?.pc > relative {
+            return None;
+        }
+        // Row `low` starts at or before `relative`; row `high` (or the end) after it.
+        let (mut low, mut high) = (0u32, mapping.rows);
+        for _ in 0..SEARCH_STEPS {
+            if high - low <= 1 {
+                break;
+            }
+            let middle = low + (high - low) / 2;
+            if source.row(mapping.first_row + middle)?.pc <= relative {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        if high - low > 1 {
+            return None;
+        }
+        source.row(mapping.first_row + low)
+    }
 }
