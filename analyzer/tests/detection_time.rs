@@ -52,6 +52,7 @@ fn header() -> Header {
         frame_pointers: FramePointers::Unknown,
         sampling: Sampling::every_bytes(T),
         segment: None,
+        stack_walk: Default::default(),
     }
 }
 

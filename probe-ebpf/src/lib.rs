@@ -519,6 +519,24 @@ pub mod unwind {
         fn row(&mut self, index: u32) -> Option<UnwindRow>;
         /// The 8 bytes at `address` of the target's stack.
         fn read(&mut self, address: u64) -> Option<u64>;
+        /// `value`, unchanged. In the kernel, through memory the verifier
+        /// does not track: the searches' bounds at each step, so that it
+        /// verifies a step once, not once for every path that led to it.
+        #[inline(always)]
+        fn opaque(&mut self, value: u64) -> u64 {
+            value
+        }
+        /// The row found for `pc` before, if the source keeps them (the
+        /// programs do, per CPU: a server's allocations come from the same
+        /// few hundred call paths, and two searches a frame are most of a
+        /// walk's work).
+        #[inline(always)]
+        fn remembered(&mut self, _pc: u64) -> Option<UnwindRow> {
+            None
+        }
+        /// Keeps the row found for `pc`.
+        #[inline(always)]
+        fn remember(&mut self, _pc: u64, _row: UnwindRow) {}
     }
 
     /// Where one step of a walk got.
@@ -551,7 +569,21 @@ pub mod unwind {
         Read = 5,
         /// The CFA is not above the stack pointer: the stack would not grow.
         Backwards = 6,
+        /// A return address the uretprobe trampoline stands in for: the
+        /// walk cannot look up the trampoline's rules (the frame is kept,
+        /// marked, for userspace to put the real address back).
+        Trampoline = 7,
     }
+
+    /// Slots of the programs' count of walks by [`Cut`].
+    pub const CUT_SLOTS: usize = 8;
+
+    /// Executable mappings a walk can search: a process maps a few dozen
+    /// (its binary, libc, ld.so, the vDSO, a preloaded allocator).
+    pub const MAX_EXEC_MAPPINGS: u32 = 1024;
+
+    /// Steps of the binary search of the mappings: 2^10 = [`MAX_EXEC_MAPPINGS`].
+    pub const MAPPING_SEARCH_STEPS: u32 = 10;
 
     /// One frame up: the caller of `frame`. `interrupted` is true for a
     /// frame stopped at any instruction (a probe at a function's entry), false
@@ -564,11 +596,18 @@ pub mod unwind {
         } else {
             frame.pc.wrapping_sub(1)
         };
-        let Some(mapping) = source.mapping(look) else {
-            return Step::Cut(Cut::NoMapping);
-        };
-        let Some(row) = find(source, &mapping, look) else {
-            return Step::Cut(Cut::NoRow);
+        let row = match source.remembered(look) {
+            Some(row) => row,
+            None => {
+                let Some(mapping) = source.mapping(look) else {
+                    return Step::Cut(Cut::NoMapping);
+                };
+                let Some(row) = find(source, &mapping, look) else {
+                    return Step::Cut(Cut::NoRow);
+                };
+                source.remember(look, row);
+                row
+            }
         };
         let offset = row.cfa_off as u64;
         let cfa = match row.kind {
@@ -616,7 +655,9 @@ pub mod unwind {
         // Row `low` starts at or before `relative`; row `high` (or the end) after it.
         let (mut low, mut high) = (0u32, mapping.rows);
         for _ in 0..SEARCH_STEPS {
-            if high - low <= 1 {
+            let bounds = source.opaque(((high as u64) << 32) | low as u64);
+            (low, high) = (bounds as u32, (bounds >> 32) as u32);
+            if high <= low || high - low <= 1 {
                 break;
             }
             let middle = low + (high - low) / 2;

@@ -10,10 +10,14 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink,
 use aya::{Ebpf, EbpfLoader};
 
 use leakscope_probe_ebpf::SPACING_SLOTS;
+use leakscope_probe_ebpf::unwind::{
+    CUT_SLOTS, ExecMapping, MAX_EXEC_MAPPINGS, ROWS_PER_CHUNK, UnwindRow,
+};
 use leakscope_recording::sampling::Sampling;
 
 use crate::EBPF_OBJECT;
 use crate::plan::Plan;
+use crate::unwind::ProcessTables;
 
 /// Said with every attach failure: the kernel keeps one uprobe per file offset
 /// and refuses a second one whose reference counter differs (EINVAL, dmesg
@@ -58,15 +62,26 @@ fn refused_instruction(error: &aya::programs::ProgramError) -> bool {
 
 /// Loads the object with a ring buffer of `ring_bytes` and loads (verifies)
 /// every program `plan` uses; nothing is attached yet. `sampling` tells the
-/// programs which calls to record (see `probe-ebpf`'s `bpf/sample.rs`).
-pub fn load(plan: &Plan, ring_bytes: u32, sampling: Sampling) -> Result<Loaded> {
+/// programs which calls to record (see `probe-ebpf`'s `bpf/sample.rs`);
+/// `unwind`, when given, are the tables the programs walk stacks by instead
+/// of frame pointers (see `probe-ebpf`'s `bpf/unwind.rs`).
+pub fn load(
+    plan: &Plan,
+    ring_bytes: u32,
+    sampling: Sampling,
+    unwind: Option<&ProcessTables>,
+) -> Result<Loaded> {
     if EBPF_OBJECT.is_empty() {
         anyhow::bail!(
             "this leakscope-probe was built without its eBPF probe (the `ebpf` cargo feature was off): it attaches only to a process that runs leakscope_inproc::Alloc (a cooperative attach); rebuild with default features, nightly and bpf-linker (`cargo xtask setup`) to probe any process"
         );
     }
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries("EVENTS", ring_bytes)
+    let mut loader = EbpfLoader::new();
+    loader.map_max_entries("EVENTS", ring_bytes);
+    if let Some(tables) = unwind {
+        loader.map_max_entries("UNWIND_ROWS", chunks(tables).max(1));
+    }
+    let mut ebpf = loader
         .load(EBPF_OBJECT)
         .context(
             "the kernel refused to load the eBPF programs although this process holds the capabilities (kernel lockdown, a security module or a seccomp filter can forbid BPF)",
@@ -86,6 +101,9 @@ pub fn load(plan: &Plan, ring_bytes: u32, sampling: Sampling) -> Result<Loaded> 
     if let Some(mean) = sampling.mean_bytes() {
         set_sampling(&mut ebpf, mean)?;
     }
+    if let Some(tables) = unwind {
+        set_unwind(&mut ebpf, tables)?;
+    }
     let events = RingBuf::try_from(ebpf.take_map("EVENTS").context("no EVENTS map")?)?;
     let lost = PerCpuArray::try_from(ebpf.take_map("LOST").context("no LOST map")?)?;
     let trampoline = Array::try_from(
@@ -98,6 +116,70 @@ pub fn load(plan: &Plan, ring_bytes: u32, sampling: Sampling) -> Result<Loaded> 
         lost,
         trampoline,
     })
+}
+
+/// Map values of [`ROWS_PER_CHUNK`] rows that `tables` fill.
+fn chunks(tables: &ProcessTables) -> u32 {
+    tables.rows.len().div_ceil(ROWS_PER_CHUNK) as u32
+}
+
+/// A chunk of rows as the map holds it (8 bytes a row, as `UnwindRow` is
+/// laid out: aya's `Pod` is not the probe's to implement for a type of
+/// `leakscope-probe-ebpf`).
+const CHUNK_BYTES: usize = ROWS_PER_CHUNK * size_of::<UnwindRow>();
+const MAPPING_BYTES: usize = size_of::<ExecMapping>();
+
+/// Fills the programs' tables: the rows, then the mappings, and last their
+/// count, which turns the walk by table on.
+fn set_unwind(ebpf: &mut Ebpf, tables: &ProcessTables) -> Result<()> {
+    let mut rows: Array<_, [u8; CHUNK_BYTES]> =
+        Array::try_from(ebpf.map_mut("UNWIND_ROWS").context("no UNWIND_ROWS map")?)?;
+    for (index, chunk) in tables.rows.chunks(ROWS_PER_CHUNK).enumerate() {
+        let mut bytes = [0u8; CHUNK_BYTES];
+        for (row, out) in chunk.iter().zip(bytes.chunks_exact_mut(8)) {
+            out[..4].copy_from_slice(&row.pc.to_ne_bytes());
+            out[4..6].copy_from_slice(&row.cfa_off.to_ne_bytes());
+            out[6] = row.kind;
+            out[7] = row.rbp as u8;
+        }
+        rows.set(index as u32, bytes, 0)?;
+    }
+    let mut mappings: Array<_, [u8; MAPPING_BYTES]> = Array::try_from(
+        ebpf.map_mut("EXEC_MAPPINGS")
+            .context("no EXEC_MAPPINGS map")?,
+    )?;
+    let used = tables.mappings.len().min(MAX_EXEC_MAPPINGS as usize);
+    for (index, mapping) in tables.mappings[..used].iter().enumerate() {
+        let mut bytes = [0u8; MAPPING_BYTES];
+        bytes[..8].copy_from_slice(&mapping.start.to_ne_bytes());
+        bytes[8..16].copy_from_slice(&mapping.end.to_ne_bytes());
+        bytes[16..24].copy_from_slice(&mapping.bias.to_ne_bytes());
+        bytes[24..28].copy_from_slice(&mapping.first_row.to_ne_bytes());
+        bytes[28..32].copy_from_slice(&mapping.rows.to_ne_bytes());
+        mappings.set(index as u32, bytes, 0)?;
+    }
+    let mut on: Array<_, u32> = Array::try_from(ebpf.map_mut("UNWIND").context("no UNWIND map")?)?;
+    on.set(0, used as u32, 0)?;
+    Ok(())
+}
+
+/// How many walks by table stopped short, by why, summed over the CPUs;
+/// `None` when the programs walked by frame pointer (or the count cannot be
+/// read: it is a figure for the user, never a reason to fail).
+pub fn unwind_cuts(ebpf: &Ebpf) -> Option<[u64; CUT_SLOTS]> {
+    let on: Array<_, u32> = Array::try_from(ebpf.map("UNWIND")?).ok()?;
+    if on.get(&0, 0).ok()? == 0 {
+        return None;
+    }
+    let cuts: PerCpuArray<_, [u64; CUT_SLOTS]> =
+        PerCpuArray::try_from(ebpf.map("UNWIND_CUTS")?).ok()?;
+    let mut sum = [0u64; CUT_SLOTS];
+    for cpu in cuts.get(&0, 0).ok()?.iter() {
+        for (total, count) in sum.iter_mut().zip(cpu) {
+            *total += count;
+        }
+    }
+    Some(sum)
 }
 
 /// Tells the programs to sample every `mean` bytes on average: the spacings

@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leakscope_probe::attach::{AttachEvent, AttachOptions, Candidate, Rotation, Stats, attach};
+use leakscope_probe::attach::{
+    AttachEvent, AttachOptions, Candidate, Rotation, Stats, Unwind, attach,
+};
 use leakscope_probe::plan::{missing_scopes, scope_matches};
 use leakscope_probe::symbols::ElfSymbols;
 use leakscope_recording::ScopeKind;
@@ -25,6 +27,14 @@ use leakscope_recording::sampling::Sampling;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// `attach --unwind` (see [`Unwind`]).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum UnwindArg {
+    Auto,
+    FramePointers,
+    Tables,
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,6 +90,12 @@ enum Command {
         /// included); older ones are deleted.
         #[arg(long, value_name = "N", default_value_t = 24, requires = "rotate", value_parser = clap::value_parser!(u32).range(1..))]
         keep: u32,
+        /// How stacks are walked: `auto` walks a build with frame pointers by
+        /// them and any other by the tables the probe compiles from each
+        /// executable's .eh_frame (whole stacks from a plain `cargo build
+        /// --release`); `frame-pointers` and `tables` force one.
+        #[arg(long, value_enum, default_value_t = UnwindArg::Auto)]
+        unwind: UnwindArg,
     },
     /// Which lifecycle functions a preset finds in an executable, scope by scope
     /// (what `attach` would probe), without attaching. Exits 1 when a scope the
@@ -130,6 +146,7 @@ async fn run(cli: Cli) -> Result<()> {
             sample,
             rotate,
             keep,
+            unwind,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -163,6 +180,11 @@ async fn run(cli: Cli) -> Result<()> {
                     ebpf,
                     sampling: sample.unwrap_or(Sampling::Every),
                     rotation: rotate.map(|every| Rotation { every, keep }),
+                    unwind: match unwind {
+                        UnwindArg::Auto => Unwind::Auto,
+                        UnwindArg::FramePointers => Unwind::FramePointers,
+                        UnwindArg::Tables => Unwind::Tables,
+                    },
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
@@ -223,6 +245,30 @@ async fn run(cli: Cli) -> Result<()> {
                     "leakscope-probe: {} stacks end at a uretprobe trampoline whose call's entry was not seen (a dropped record, or another tool's uretprobe on the target)",
                     stats.trampolines_unresolved
                 );
+            }
+            if let Some(cuts) = stats.unwind_cuts {
+                let why = [
+                    "in code with no table",
+                    "below a table's first row",
+                    "at a rule the tables do not follow",
+                    "at a signal frame",
+                    "where rbp was lost",
+                    "at a stack read that failed",
+                    "at a frame above its caller's",
+                    "at a uretprobe trampoline whose call's entry was not seen",
+                ];
+                let said: Vec<String> = cuts
+                    .iter()
+                    .zip(why)
+                    .filter(|(count, _)| **count > 0)
+                    .map(|(count, why)| format!("{count} {why}"))
+                    .collect();
+                if !said.is_empty() {
+                    eprintln!(
+                        "leakscope-probe: stacks walked by table that stopped before the outermost frame: {}",
+                        said.join(", ")
+                    );
+                }
             }
             for program in &outcome.programs {
                 eprintln!(

@@ -30,6 +30,26 @@ pub enum FramePointers {
     Omitted,
 }
 
+/// How a producer walked the stacks it recorded (format 11).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StackWalk {
+    /// By frame pointer, or by the unwinder of the program's own runtime
+    /// (in-process): every recording before format 11.
+    #[default]
+    FramePointers,
+    /// By tables the probe compiled from each executable's `.eh_frame` (a
+    /// build without frame pointers): whole stacks, except through code
+    /// with no table.
+    EhFrame {
+        /// Executable mappings with a table.
+        mappings: u32,
+        rows: u64,
+        /// Files mapped executable whose stacks stop in them, each with why.
+        without_table: Vec<String>,
+    },
+}
+
 /// The flags that give a Rust build frame pointers.
 pub const FIX: &str = "RUSTFLAGS=\"-C force-frame-pointers=yes\"";
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::event::ScopeKind;
-use crate::frame_pointers::FramePointers;
+use crate::frame_pointers::{FramePointers, StackWalk};
 use crate::sampling::Sampling;
 
 /// Who wrote the recording.
@@ -137,6 +137,8 @@ pub struct Header {
     /// A recording that stays on is written in segments (`attach --rotate`):
     /// which one this is. `None`: a recording of one file (format 9).
     pub segment: Option<Segment>,
+    /// How the stacks were walked (format 11).
+    pub stack_walk: StackWalk,
 }
 
 /// One file of a recording written in segments: each is a whole recording
@@ -182,6 +184,7 @@ impl Header {
             frame_pointers: FramePointers::Unknown,
             sampling: Sampling::Every,
             segment: None,
+            stack_walk: StackWalk::FramePointers,
         }
     }
 }

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use crate::event::{
     EndReason, LostReason, Mapping, Phase, Record, ScopeKind, SessionFact, StackId,
 };
-use crate::frame_pointers::FramePointers;
-use crate::header::{AllocLayer, ClockOrigin, Header, Producer, Settings};
+use crate::frame_pointers::{FramePointers, StackWalk};
+use crate::header::{AllocLayer, ClockOrigin, Header, Producer, Segment, Settings};
 use crate::sampling::Sampling;
 
 /// A record of format version 1: as today's, but `Realloc` has no `entry_ts`.
@@ -169,6 +169,7 @@ impl From<HeaderV1> for Header {
             frame_pointers: FramePointers::Unknown,
             sampling: Sampling::Every,
             segment: None,
+            stack_walk: StackWalk::FramePointers,
             settings: Settings {
                 alloc_layer,
                 alloc_layer_reason,
@@ -211,6 +212,7 @@ impl From<HeaderV4> for Header {
             frame_pointers: FramePointers::Unknown,
             sampling: Sampling::Every,
             segment: None,
+            stack_walk: StackWalk::FramePointers,
         }
     }
 }
@@ -244,6 +246,7 @@ impl From<HeaderV7> for Header {
             frame_pointers: v7.frame_pointers,
             sampling: Sampling::Every,
             segment: None,
+            stack_walk: StackWalk::FramePointers,
         }
     }
 }
@@ -277,6 +280,42 @@ impl From<HeaderV8> for Header {
             frame_pointers: v8.frame_pointers,
             sampling: v8.sampling,
             segment: None,
+            stack_walk: StackWalk::FramePointers,
+        }
+    }
+}
+
+/// A format 9 or 10 header: [`Header`] before [`Header::stack_walk`].
+#[derive(Deserialize)]
+pub(crate) struct HeaderV10 {
+    producer: Producer,
+    producer_version: String,
+    pid: u32,
+    exe: String,
+    build_id: Option<String>,
+    clock: ClockOrigin,
+    rmcp_version: Option<String>,
+    settings: Settings,
+    frame_pointers: FramePointers,
+    sampling: Sampling,
+    segment: Option<Segment>,
+}
+
+impl From<HeaderV10> for Header {
+    fn from(v10: HeaderV10) -> Self {
+        Header {
+            producer: v10.producer,
+            producer_version: v10.producer_version,
+            pid: v10.pid,
+            exe: v10.exe,
+            build_id: v10.build_id,
+            clock: v10.clock,
+            rmcp_version: v10.rmcp_version,
+            settings: v10.settings,
+            frame_pointers: v10.frame_pointers,
+            sampling: v10.sampling,
+            segment: v10.segment,
+            stack_walk: StackWalk::FramePointers,
         }
     }
 }

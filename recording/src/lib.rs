@@ -42,7 +42,7 @@ pub use demangle::demangle;
 pub use event::{
     EndReason, LostReason, Mapping, Phase, Record, ScopeKind, SessionFact, StackId, TaskEvent,
 };
-pub use frame_pointers::FramePointers;
+pub use frame_pointers::{FramePointers, StackWalk};
 pub use header::{
     AllocLayer, ClockOrigin, Header, Identity, Producer, ScopeFunction, Segment, Settings,
     monotonic_ns,
@@ -80,7 +80,10 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 10: a records frame writes each time as the difference from the record
 ///   before it (see `timestamps`); a sampled recording's frames are cut once
 ///   a second and compressed harder. Version 9 reads as is.
-pub const FORMAT_VERSION: u32 = 10;
+/// * 11: [`Header::stack_walk`]: how the producer walked stacks (the probe
+///   walks a build without frame pointers by tables from `.eh_frame`).
+///   Version 10 reads as walked by frame pointer.
+pub const FORMAT_VERSION: u32 = 11;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

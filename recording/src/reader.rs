@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::legacy::{HeaderV1, HeaderV4, HeaderV7, HeaderV8, RecordV1};
+use super::legacy::{HeaderV1, HeaderV4, HeaderV7, HeaderV8, HeaderV10, RecordV1};
 use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, OLDEST_FORMAT_VERSION, Record};
 
 /// Why a file cannot be read as a recording at all.
@@ -392,6 +392,7 @@ fn decode_header(bytes: &[u8], version: u32) -> Result<Header, postcard::Error> 
         2..=4 => postcard::from_bytes::<HeaderV4>(bytes).map(Header::from),
         5..=7 => postcard::from_bytes::<HeaderV7>(bytes).map(Header::from),
         8 => postcard::from_bytes::<HeaderV8>(bytes).map(Header::from),
+        9 | 10 => postcard::from_bytes::<HeaderV10>(bytes).map(Header::from),
         _ => postcard::from_bytes(bytes),
     }
 }

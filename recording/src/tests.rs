@@ -32,6 +32,11 @@ fn header() -> Header {
         },
         frame_pointers: FramePointers::Kept,
         sampling: crate::sampling::Sampling::Bytes { mean: 512 * 1024 },
+        stack_walk: crate::StackWalk::EhFrame {
+            mappings: 5,
+            rows: 158_837,
+            without_table: vec!["/jit.so (no .eh_frame)".into()],
+        },
         segment: Some(Segment {
             index: 3,
             run_start_ns: 7,
@@ -358,6 +363,7 @@ fn reads_format_version_4() {
             frame_pointers: FramePointers::Unknown,
             sampling: crate::sampling::Sampling::Every,
             segment: None,
+            stack_walk: crate::StackWalk::FramePointers,
             ..today
         }
     );
@@ -509,6 +515,25 @@ fn a_version_7_header_reads_as_every_call() {
         &Header {
             sampling: crate::sampling::Sampling::Every,
             segment: None,
+            stack_walk: crate::StackWalk::FramePointers,
+            ..today
+        }
+    );
+}
+
+/// A recording of format 10 (no `stack_walk` in its header) reads as walked
+/// by frame pointer.
+#[test]
+fn a_version_10_header_reads_as_walked_by_frame_pointer() {
+    let today = header();
+    let v10 = (fields_of_version_7(&today), today.sampling, today.segment);
+    let bytes = file_with_header(10, &v10);
+    let reader = RecordingReader::new(&bytes[..], Path::new("v10.lsrec")).unwrap();
+    assert_eq!(reader.format_version(), 10);
+    assert_eq!(
+        reader.header(),
+        &Header {
+            stack_walk: crate::StackWalk::FramePointers,
             ..today
         }
     );
@@ -528,6 +553,7 @@ fn a_version_8_header_reads_as_one_file() {
         reader.header(),
         &Header {
             segment: None,
+            stack_walk: crate::StackWalk::FramePointers,
             ..today
         }
     );

@@ -15,6 +15,7 @@ use leakscope_probe_ebpf::{
 
 use super::records::{EVENTS, RB_FLAGS, count_drop, count_lost, drops, header, header_at, sp};
 use super::sample;
+use super::unwind::{self, walk_tables};
 use super::walk::walk_frame_pointers;
 
 /// posix_memalign calls in progress: where the block's address will be
@@ -120,7 +121,15 @@ fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
         (*record).sp = sp(ctx.regs);
         let stack = core::ptr::addr_of_mut!((*record).stack);
         let tid = (*record).header.tid;
-        let filled = match walk_frame_pointers(ctx.regs, stack, tid) {
+        // By table when the loader gave the target's (a build without
+        // frame pointers), else by frame pointer.
+        let mappings = unwind::mappings();
+        let walked = if mappings != 0 {
+            walk_tables(ctx.regs, stack, tid, mappings)
+        } else {
+            walk_frame_pointers(ctx.regs, stack, tid)
+        };
+        let filled = match walked {
             Some(filled) => filled,
             None => bpf_get_stack(
                 ctx.as_ptr(),

@@ -1,5 +1,5 @@
 //! The programs, by what they probe, and what they share: the ring buffer
-//! ([`records`]), the stack walk ([`walk`]) and, in a sampled recording,
+//! ([`records`]), the stack walks (by frame pointer, [`walk`]; by table, [`unwind`]) and, in a sampled recording,
 //! which calls are recorded ([`sample`]).
 
 mod alloc;
@@ -8,6 +8,7 @@ mod free;
 mod records;
 mod sample;
 mod scope;
+mod unwind;
 mod walk;
 
 #[cfg(not(test))]

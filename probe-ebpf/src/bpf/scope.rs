@@ -2,17 +2,18 @@
 //! cookie saying which function it is and which argument to send.
 
 use aya_ebpf::EbpfContext as _;
-use aya_ebpf::helpers::bpf_probe_read_user;
 use aya_ebpf::helpers::generated::bpf_get_attach_cookie;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user};
 use aya_ebpf::macros::{uprobe, uretprobe};
 use aya_ebpf::programs::{ProbeContext, RetProbeContext};
 use leakscope_probe_ebpf::{
-    LostReason, PHASE_ENTER, PHASE_EXIT, RecordKind, SCOPE_RETURNS, ScopeRecord, scope_arg,
-    split_scope,
+    LostReason, PHASE_ENTER, PHASE_EXIT, RETURN_SP_OFFSET, RecordKind, SCOPE_RETURNS, ScopeRecord,
+    scope_arg, split_scope,
 };
 
 use super::records::{EVENTS, RB_FLAGS, count_lost, header, sp};
 use super::sample;
+use super::unwind;
 
 #[inline(always)]
 fn send_scope(scope: u32, phase: u32, arg: u64, sp: u64, ret: u64) {
@@ -53,7 +54,11 @@ pub fn scope_enter(ctx: ProbeContext) -> u32 {
     let sp = sp(ctx.regs);
     let ret = if scope & SCOPE_RETURNS != 0 {
         // SAFETY: reads the target's own stack, without faulting.
-        unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0)
+        let ret = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
+        if unwind::mappings() != 0 {
+            unwind::call_entered(bpf_get_current_pid_tgid() as u32, sp, ret);
+        }
+        ret
     } else {
         0
     };
@@ -103,6 +108,13 @@ pub fn scope_exit(ctx: RetProbeContext) -> u32 {
     if sample::sampling() {
         sample::window(split_scope(scope).0, false);
     }
-    send_scope(scope, PHASE_EXIT, ret, sp(ctx.regs), 0);
+    let sp = sp(ctx.regs);
+    if unwind::mappings() != 0 {
+        unwind::call_returned(
+            bpf_get_current_pid_tgid() as u32,
+            sp.wrapping_sub(RETURN_SP_OFFSET),
+        );
+    }
+    send_scope(scope, PHASE_EXIT, ret, sp, 0);
     0
 }

@@ -12,36 +12,36 @@ use leakscope_probe_ebpf::{MAX_STACK_DEPTH, STACK_WINDOW_BYTES, TRAMPOLINE_SLOT_
 #[map]
 pub(super) static UPROBE_TRAMPOLINE: Array<u64> = Array::with_max_entries(trampoline::SLOTS, 0);
 
-const WINDOW_WORDS: usize = STACK_WINDOW_BYTES / 8;
+pub(super) const WINDOW_WORDS: usize = STACK_WINDOW_BYTES / 8;
 
 /// Scratch space for the stack walk's window, one per CPU (a program runs
 /// on one CPU to its end, and 16 KiB is far beyond the 512-byte BPF stack).
 #[map]
-static WINDOW: PerCpuArray<[u64; WINDOW_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+pub(super) static WINDOW: PerCpuArray<[u64; WINDOW_WORDS]> = PerCpuArray::with_max_entries(1, 0);
 
 /// The last stack walk on a CPU: what it learnt of its thread's stack, and
 /// a count that tells a walk whether another one used the window meanwhile.
 #[derive(Clone, Copy)]
 #[repr(C)]
-struct Walker {
+pub(super) struct Walker {
     /// Walks started on this CPU. A uprobe program runs with migration
     /// disabled, not preemption: a walk preempted by another thread's on
     /// the same CPU finds the count moved at its end, and its window
     /// overwritten, and leaves the stack to `bpf_get_stack`.
-    walks: u64,
+    pub(super) walks: u64,
     /// The thread of the last walk that read the target's stack.
-    tid: u32,
+    pub(super) tid: u32,
     _pad: u32,
     /// How far up that thread's stack walks have read (past the highest
     /// frame, or to the end of the last window read): memory the thread's stack mapping holds for as long
     /// as the thread lives, so readable from any of its frames below in one
     /// read that may cross pages. A thread id reused by a new thread makes
     /// it wrong, which only costs a failed read.
-    top: u64,
+    pub(super) top: u64,
 }
 
 #[map]
-static WALKER: PerCpuArray<Walker> = PerCpuArray::with_max_entries(1, 0);
+pub(super) static WALKER: PerCpuArray<Walker> = PerCpuArray::with_max_entries(1, 0);
 
 /// Fills `stack` as `bpf_get_stack(BPF_F_USER_STACK)` would on x86-64 (the
 /// instruction pointer, then the return address of each frame of the
@@ -187,7 +187,7 @@ pub(super) unsafe fn walk_frame_pointers(
 /// One read of the target's `[from, from + len)` into the window: 0, or
 /// the helper's error (the window then holds zeros).
 #[inline(always)]
-fn read_window(window: *mut [u64; WINDOW_WORDS], from: u64, len: u64) -> i64 {
+pub(super) fn read_window(window: *mut [u64; WINDOW_WORDS], from: u64, len: u64) -> i64 {
     // Also checked by the caller, but removing it here changes what LLVM
     // emits: the verifier then needs 77 k instructions to check
     // `malloc_exit`, not 64 k (`--bpf-stats`).
@@ -202,10 +202,10 @@ fn read_window(window: *mut [u64; WINDOW_WORDS], from: u64, len: u64) -> i64 {
     }
 }
 
-const PAGE: u64 = 4096;
+pub(super) const PAGE: u64 = 4096;
 /// The lowest address a process can map (`vm.mmap_min_addr`'s default):
 /// below it a read can only fault, and a fault costs a microsecond or more
 /// (code built without frame pointers often leaves a small integer in rbp).
-const USER_START: u64 = 0x10000;
+pub(super) const USER_START: u64 = 0x10000;
 /// x86-64's `TASK_SIZE_MAX`: the end of user space (47-bit addresses).
-const USER_END: u64 = (1 << 47) - PAGE;
+pub(super) const USER_END: u64 = (1 << 47) - PAGE;

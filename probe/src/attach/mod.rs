@@ -52,6 +52,22 @@ pub struct AttachOptions {
     pub sampling: Sampling,
     /// One file, or segments (`--rotate`, `--keep`).
     pub rotation: Option<Rotation>,
+    /// How the programs walk stacks (`--unwind`).
+    pub unwind: Unwind,
+}
+
+/// How the eBPF programs walk the target's stacks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Unwind {
+    /// By frame pointer when the executable's code keeps them, else by
+    /// tables from `.eh_frame` (also when its code is too little to tell).
+    #[default]
+    Auto,
+    /// By frame pointer, whatever the build (cheaper; a build without them
+    /// then has stacks of a frame or two).
+    FramePointers,
+    /// By tables from `.eh_frame`, whatever the build.
+    Tables,
 }
 
 /// What [`attach`] reports while it runs; the caller decides what to show.
@@ -146,6 +162,12 @@ pub struct Stats {
     /// uretprobe on the target. Not counted for an executable built without
     /// frame pointers, whose walks past the first frame read stale stack.
     pub trampolines_unresolved: u64,
+    /// Stacks walked by table (a target built without frame pointers) that
+    /// stopped before the outermost frame, by why (`unwind::Cut`'s order):
+    /// code with no table, no row, a rule not followed, a signal frame, a
+    /// lost rbp, a failed read, a CFA below the stack pointer, a trampoline
+    /// whose call's entry was not seen. `None`: walked by frame pointer.
+    pub unwind_cuts: Option<[u64; leakscope_probe_ebpf::unwind::CUT_SLOTS]>,
     /// Blocks made while the status line's count was full (see
     /// `LiveBytes`): in the recording, not in [`live_bytes`](Self::live_bytes).
     pub untracked: u64,

@@ -48,8 +48,8 @@ use always_on::{AlwaysOnEnv, always_on};
 use analyzer::analyzer_section;
 use in_process::{build_inproc_alloc_bench, in_process};
 use pairs::{
-    DEEP_STACK_DEPTH, Env, FRAME_POINTER_FLAGS, Tool, build_pairs, prepare_bcc_headers,
-    program_stats, time_pairs,
+    DEEP_STACK_DEPTH, Env, FRAME_POINTER_FLAGS, NO_FRAME_POINTER_FLAGS, Tool, build_pairs,
+    prepare_bcc_headers, program_stats, time_pairs,
 };
 use results::{FORMAT_VERSION, Machine, Outcome, Pairs, Results, Timing, Timings};
 use server::{LOADS, QUICK_LOADS, ServerEnv, build_inproc_server, server_load, server_programs};
@@ -146,6 +146,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         machine: machine(),
         pairs: None,
         pairs_deep: None,
+        pairs_nofp: None,
         server: None,
         server_programs: None,
         saturation_rounds: None,
@@ -160,6 +161,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if wanted(Section::Pairs) {
         let env = Env {
             pairs_bin: build_pairs(&scratch, "pairs", &[])?,
+            flags: &[],
+            unwind: "auto",
             depth: None,
             probe: probe.clone(),
             scratch: scratch.clone(),
@@ -169,6 +172,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         // allocation inside an async task looks like to a stack walker.
         let deep = Env {
             pairs_bin: build_pairs(&scratch, "pairs-fp", &FRAME_POINTER_FLAGS)?,
+            flags: &FRAME_POINTER_FLAGS,
+            unwind: "frame-pointers",
             depth: Some(DEEP_STACK_DEPTH),
             ..env
         };
@@ -180,6 +185,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             &Tool::STACK_WALKERS
         };
         results.pairs_deep = Some(pairs_section(&deep, pairs, rounds, deep_tools));
+        // And built without frame pointers, as most servers ship: leakscope
+        // walks it by the tables it compiles from .eh_frame.
+        let nofp = Env {
+            pairs_bin: build_pairs(&scratch, "pairs-nofp", &NO_FRAME_POINTER_FLAGS)?,
+            flags: &NO_FRAME_POINTER_FLAGS,
+            unwind: "tables",
+            ..deep
+        };
+        results.pairs_nofp = Some(pairs_section(
+            &nofp,
+            pairs,
+            rounds,
+            &[Tool::Unprobed, Tool::Floor, Tool::Leakscope],
+        ));
     }
     if wanted(Section::Server) {
         let seconds = args.load_seconds.unwrap_or(if args.quick { 2 } else { 10 });
@@ -306,7 +325,7 @@ fn pairs_section(env: &Env, pairs: u64, rounds: usize, tools: &[Tool]) -> Pairs 
         None => "bench/tools/pairs.c, cc -O1".to_owned(),
         Some(depth) => format!(
             "bench/tools/pairs.c --depth {depth}, cc -O1 {}",
-            FRAME_POINTER_FLAGS.join(" ")
+            env.flags.join(" ")
         ),
     };
     let timings: BTreeMap<String, Timing> = tools

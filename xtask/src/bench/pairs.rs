@@ -86,6 +86,12 @@ impl Tool {
 /// What the run needs.
 pub(super) struct Env {
     pub(super) pairs_bin: PathBuf,
+    /// The flags it was built with, beside `cc -O1`.
+    pub(super) flags: &'static [&'static str],
+    /// `leakscope-probe attach --unwind`: how leakscope walks its stacks
+    /// (the program is too small for the probe to tell from its code
+    /// whether it keeps frame pointers, so the deep runs say it).
+    pub(super) unwind: &'static str,
     /// `--depth`: how many frames down the loop runs (`None`: in `main`).
     pub(super) depth: Option<u32>,
     pub(super) probe: PathBuf,
@@ -103,12 +109,24 @@ impl Env {
         args
     }
 
-    /// A scratch file of this program's runs (`stem.lsrec`, `stem-deep.lsrec`).
+    /// A scratch file of this program's runs (`stem-pairs.lsrec`,
+    /// `stem-pairs-fp.lsrec`, ...: one per program built).
     pub(super) fn recording(&self, stem: &str) -> PathBuf {
-        let deep = if self.depth.is_some() { "-deep" } else { "" };
-        self.scratch.join(format!("{stem}{deep}.lsrec"))
+        let program = self
+            .pairs_bin
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.scratch.join(format!("{stem}-{program}.lsrec"))
     }
 }
+
+/// How the program without frame pointers is built: as `cc -O1` builds by
+/// default on x86-64, said out loud, with its tail calls kept as calls (so
+/// that its stack has the depth asked for, as the frame-pointer build's).
+/// leakscope walks it by the tables it compiles from its `.eh_frame`.
+pub(super) const NO_FRAME_POINTER_FLAGS: [&str; 2] =
+    ["-fomit-frame-pointer", "-fno-optimize-sibling-calls"];
 
 /// How the deep-stack program is built: with frame pointers, as leakscope asks
 /// of the servers it probes, so that every tool can walk its stacks.
@@ -202,7 +220,11 @@ pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
         Tool::Floor | Tool::Leakscope => {
             let program = Waiting::start(env, n)?;
             let out = env.recording("pairs");
-            let probe = attach(&env.probe, program.pid(), &out, tool == Tool::Floor)
+            let mut extra = vec!["--unwind", env.unwind];
+            if tool == Tool::Floor {
+                extra.push("--bare");
+            }
+            let probe = attach_with(&env.probe, program.pid(), &out, &extra, false)
                 .map_err(|e| format!("{e:#}"))?;
             let ns = program.go();
             stop(probe).map_err(|e| format!("{e:#}"))?;
@@ -370,7 +392,13 @@ pub(super) fn stop(probe: ProbeProcess) -> Result<()> {
 pub(super) fn program_stats(env: &Env, n: u64) -> Result<Vec<ProgramStat>> {
     let program = Waiting::start(env, n).map_err(anyhow::Error::msg)?;
     let out = env.recording("pairs-stats");
-    let mut probe = attach_with(&env.probe, program.pid(), &out, &["--bpf-stats"], true)?;
+    let mut probe = attach_with(
+        &env.probe,
+        program.pid(),
+        &out,
+        &["--bpf-stats", "--unwind", env.unwind],
+        true,
+    )?;
     let stderr = probe.take_stderr().expect("piped");
     program.go().map_err(anyhow::Error::msg)?;
     // The pairs program has exited: the probe detaches by itself.

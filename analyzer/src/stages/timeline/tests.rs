@@ -39,6 +39,7 @@ pub(crate) fn header() -> Header {
         frame_pointers: leakscope_recording::FramePointers::Unknown,
         sampling: leakscope_recording::sampling::Sampling::Every,
         segment: None,
+        stack_walk: Default::default(),
     }
 }
 

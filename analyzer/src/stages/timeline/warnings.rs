@@ -2,7 +2,7 @@
 //! short by a build without frame pointers, a mapped file that is not the one
 //! the target ran.
 
-use leakscope_recording::{Header, Tail};
+use leakscope_recording::{Header, StackWalk, Tail};
 
 use crate::stages::stacks::Stacks;
 
@@ -13,14 +13,24 @@ pub(super) fn of(header: &Header, tail: &Tail, stacks: &Stacks) -> Vec<String> {
             "the recording is truncated at byte {offset} ({reason}); reporting its readable prefix"
         ));
     }
-    if header.frame_pointers == leakscope_recording::FramePointers::Omitted
-        && header.producer == leakscope_recording::Producer::Ebpf
-    {
-        warnings.push(format!(
-            "{} was built without frame pointers (read from its code): its stacks stop after a frame or two, so sites are named by the few frames there are; sessions, totals and the verdict do not need stacks. Rebuild with {} for full stacks",
-            header.exe,
-            leakscope_recording::frame_pointers::FIX
-        ));
+    match &header.stack_walk {
+        StackWalk::FramePointers
+            if header.frame_pointers == leakscope_recording::FramePointers::Omitted
+                && header.producer == leakscope_recording::Producer::Ebpf =>
+        {
+            warnings.push(format!(
+                "{} was built without frame pointers (read from its code): its stacks stop after a frame or two, so sites are named by the few frames there are; sessions, totals and the verdict do not need stacks. Rebuild with {} for full stacks (or record it with a leakscope-probe that walks such builds by their unwind tables)",
+                header.exe,
+                leakscope_recording::frame_pointers::FIX
+            ));
+        }
+        StackWalk::EhFrame { without_table, .. } if !without_table.is_empty() => {
+            warnings.push(format!(
+                "stacks were walked by the unwind tables of each executable (a build without frame pointers); these have none, and stacks through their code stop there: {}",
+                without_table.join("; ")
+            ));
+        }
+        _ => {}
     }
     if stacks.cut() > 0 {
         warnings.push(format!(

@@ -57,6 +57,7 @@ pub(super) async fn record(
         target,
         plan,
         header,
+        unwind,
     } = prepare(options, on_event)?;
     // Which program the target runs, read before anything is attached: an
     // exec right after `attached:` (a test's target waits for exactly that)
@@ -76,7 +77,12 @@ pub(super) async fn record(
     } else {
         None
     };
-    let mut loaded = loader::load(&plan, options.ring_buffer_bytes, options.sampling)?;
+    let mut loaded = loader::load(
+        &plan,
+        options.ring_buffer_bytes,
+        options.sampling,
+        unwind.as_ref(),
+    )?;
     let mut trampoline = Trampoline::new(options.pid);
     let attached = attach_probes(&mut loaded, &plan, &target, &mut capture, &mut trampoline)?;
     unstarted.0 = None;
@@ -137,7 +143,12 @@ pub(super) async fn record(
 fn begin(output: &mut Output, target: &Target, header: &Header) -> Result<FileCapture> {
     let writer = output.create(header)?;
     let mut capture = Capture::new(writer);
-    capture.set_frame_pointers(header.frame_pointers);
+    // Walked by table, a build without frame pointers has whole stacks: a
+    // stack cut at a trampoline counts as for any other build.
+    capture.set_frame_pointers(match header.stack_walk {
+        leakscope_recording::StackWalk::EhFrame { .. } => leakscope_recording::FramePointers::Kept,
+        _ => header.frame_pointers,
+    });
     capture.set_live(
         LiveBytes::new(header.sampling, SiteNamer::of_target(target)),
         header.sampling,
@@ -231,13 +242,15 @@ fn detach_and_finish(
         trampoline,
         move || loader::detach(attached),
     )?;
+    let unwind_cuts = loader::unwind_cuts(&ebpf);
     drop(ebpf);
     while let Some(item) = events.next() {
         capture.handle(&item)?;
     }
     write_lost(&lost, lost_seen, &mut capture)?;
     capture.finish(monotonic_ns())?;
-    let stats = capture.stats;
+    let mut stats = capture.stats;
+    stats.unwind_cuts = unwind_cuts;
     capture.writer.finish(Record::End {
         ts: detached_at,
         reason: end,

@@ -4,21 +4,25 @@
 
 use anyhow::{Context, Result};
 use leakscope_probe_ebpf::{MAX_STACK_DEPTH, program};
-use leakscope_recording::frame_pointers::{self, FramePointers};
+use leakscope_recording::frame_pointers::{FramePointers, StackWalk};
 use leakscope_recording::target::Target;
 use leakscope_recording::{Header, Producer, Settings};
 
 use super::super::rotation::Output;
-use super::super::{AttachEvent, AttachOptions};
+use super::super::{AttachEvent, AttachOptions, Unwind};
 use super::privileges::check_privileges;
 use crate::plan::{Plan, bare, make_plan};
 use crate::symbols::ElfSymbols;
+use crate::unwind::ProcessTables;
 
 /// What the probes will be and what the recording will say of them.
 pub(super) struct Prepared {
     pub(super) target: Target,
     pub(super) plan: Plan,
     pub(super) header: Header,
+    /// The tables the programs walk stacks by, for a target built without
+    /// frame pointers; `None`: by frame pointer.
+    pub(super) unwind: Option<ProcessTables>,
 }
 
 /// Checks what can be checked before loading, and plans the probes.
@@ -38,22 +42,44 @@ pub(super) fn prepare(
         plan = bare(plan);
     }
     warn_of_missing_scopes(options, &target, &plan, on_event);
-    let header = header(options, &target, &exe, &plan, on_event);
+    let mut header = header(options, &target, &exe, &plan);
+    // A build without frame pointers (or whose code is too little to tell)
+    // is walked by tables from its executables' .eh_frame; one with them
+    // keeps the frame-pointer walk, which costs less and needs nothing
+    // compiled.
+    let by_tables = match options.unwind {
+        Unwind::Auto => header.frame_pointers != FramePointers::Kept,
+        Unwind::FramePointers => false,
+        Unwind::Tables => true,
+    };
+    let unwind = by_tables.then(|| {
+        let tables = ProcessTables::of(&target);
+        header.stack_walk = StackWalk::EhFrame {
+            mappings: tables.mappings.len() as u32,
+            rows: tables.rows.len() as u64,
+            without_table: tables
+                .missing
+                .iter()
+                .map(|(file, why)| format!("{file} ({why})"))
+                .collect(),
+        };
+        for (file, why) in &tables.missing {
+            on_event(AttachEvent::Warning(format!(
+                "{file} has no unwind table ({why}): stacks through its code stop there"
+            )));
+        }
+        tables
+    });
     Ok(Prepared {
         target,
         plan,
         header,
+        unwind,
     })
 }
 
 /// The header: the target, the plan, and how its stacks will be walked.
-fn header(
-    options: &AttachOptions,
-    target: &Target,
-    exe: &ElfSymbols,
-    plan: &Plan,
-    on_event: &mut impl FnMut(AttachEvent<'_>),
-) -> Header {
+fn header(options: &AttachOptions, target: &Target, exe: &ElfSymbols, plan: &Plan) -> Header {
     let mut notes = vec![];
     if let Some(p) = plan
         .probes
@@ -84,13 +110,6 @@ fn header(
     );
     header.frame_pointers = exe.frame_pointers();
     header.sampling = options.sampling;
-    if header.frame_pointers == FramePointers::Omitted {
-        on_event(AttachEvent::Warning(format!(
-            "{} was built without frame pointers: its allocation stacks will stop after a frame or two (sessions and totals are unaffected); rebuild it with {} for full stacks",
-            target.exe,
-            frame_pointers::FIX
-        )));
-    }
     header
 }
 

@@ -81,7 +81,12 @@ pub(super) fn render(results: &Results) -> String {
         m.date.as_deref().unwrap_or("?"),
     );
     if let Some(p) = &results.pairs {
-        pairs::section(&mut md, p, results.pairs_deep.as_ref());
+        pairs::section(
+            &mut md,
+            p,
+            results.pairs_deep.as_ref(),
+            results.pairs_nofp.as_ref(),
+        );
     }
     if let Some(ip) = &results.in_process {
         in_process::section(&mut md, ip);

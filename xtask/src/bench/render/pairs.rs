@@ -5,7 +5,7 @@ use crate::bench::pairs::Tool;
 use crate::bench::results::Pairs;
 
 /// The section: the tools side by side, the floor, per program, the deep stacks.
-pub(super) fn section(md: &mut String, p: &Pairs, deep: Option<&Pairs>) {
+pub(super) fn section(md: &mut String, p: &Pairs, deep: Option<&Pairs>, nofp: Option<&Pairs>) {
     use std::fmt::Write as _;
     let _ = writeln!(
         md,
@@ -67,6 +67,9 @@ pub(super) fn section(md: &mut String, p: &Pairs, deep: Option<&Pairs>) {
     }
     if let Some(deep) = deep {
         deep_section(md, deep);
+    }
+    if let Some(nofp) = nofp {
+        nofp_section(md, nofp, deep);
     }
     let _ = writeln!(
         md,
@@ -192,6 +195,45 @@ fn deep_section(md: &mut String, p: &Pairs) {
             md,
             "\nbcc memleak costs **{r:.1}x** what leakscope costs per pair here{}.",
             spread_of(p.bcc_memleak_vs_leakscope_spread)
+        );
+    }
+    program_table(md, p);
+}
+
+/// The deep pairs built without frame pointers: the walk by table beside the
+/// floor and beside the frame-pointer walk of the same stacks.
+fn nofp_section(md: &mut String, p: &Pairs, deep: Option<&Pairs>) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        md,
+        "\n### Deep stacks without frame pointers (`pairs_nofp`)\n\nThe same {}-call-deep pairs \
+         built as most servers ship, without frame pointers ({}): leakscope walks them by the \
+         tables it compiles from the program's and libc's `.eh_frame` (docs/probe.md, \
+         \"Unwinding without frame pointers\"). PAIRS is that program here.\n",
+        shown(&p.depth),
+        p.program
+    );
+    pairs_table(md, p, &[Tool::Unprobed, Tool::Floor, Tool::Leakscope]);
+    let _ = writeln!(md);
+    vs_floor(md, p);
+    let tables = p.tools.ns(Tool::Leakscope.key());
+    let floor = p.tools.ns(Tool::Floor.key());
+    if let (Some(tables), Some(floor)) = (tables, floor) {
+        let _ = writeln!(
+            md,
+            "\nWalked by table, leakscope costs **{:.2}x** the floor per pair for the whole stack \
+             (the goal: at most 2x).",
+            tables / floor
+        );
+    }
+    if let (Some(tables), Some(fp)) = (tables, deep.and_then(|d| d.tools.ns(Tool::Leakscope.key())))
+    {
+        let _ = writeln!(
+            md,
+            "The frame-pointer walk of the same stacks (above) costs {}; the walk by table \
+             {:.2}x that.",
+            fmt_ns(Some(fp)),
+            tables / fp
         );
     }
     program_table(md, p);

@@ -39,6 +39,9 @@ pub(crate) struct Results {
     /// The same pairs deep in a frame-pointer stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pairs_deep: Option<Pairs>,
+    /// The deep pairs again, built without frame pointers (walked by table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs_nofp: Option<Pairs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerLoad>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
