@@ -87,3 +87,12 @@ pub use control::listen;
 pub use layer::SessionLayer;
 pub use leakscope_recording::sampling::Sampling;
 pub use recorder::{Guard, Recorder, is_recording, start, unwritten_events};
+
+/// Walks stacks through the program's unwind tables (`_Unwind_Backtrace`)
+/// from now on, as a recorder does by itself in a program built without
+/// frame pointers: for benchmarks (what unwinding costs a build that has
+/// them, on the same stacks), and for a program whose code the recorder
+/// misjudges.
+pub fn walk_stacks_by_unwinding() {
+    stack::unwind_instead();
+}

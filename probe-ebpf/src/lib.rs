@@ -640,6 +640,37 @@ pub mod unwind {
         Step::Caller(Frame { pc, sp: cfa, bp })
     }
 
+    /// The last of `count` sorted keys (`key(source, i)`) that is at or
+    /// before `target`, by a binary search of at most `steps` steps; `None`
+    /// when the steps ran out or a key could not be read. Key 0 is taken to
+    /// be at or before `target` (the caller checks it). The bounds go
+    /// through [`Source::opaque`] at every step (see there).
+    #[inline(always)]
+    pub fn last_at_or_before<S: Source>(
+        source: &mut S,
+        count: u32,
+        steps: u32,
+        target: u64,
+        mut key: impl FnMut(&mut S, u32) -> Option<u64>,
+    ) -> Option<u32> {
+        // Key `low` is at or before `target`; key `high` (or the end) after it.
+        let (mut low, mut high) = (0u32, count);
+        for _ in 0..steps {
+            let bounds = source.opaque(((high as u64) << 32) | low as u64);
+            (low, high) = (bounds as u32, (bounds >> 32) as u32);
+            if high <= low || high - low <= 1 {
+                break;
+            }
+            let middle = low + (high - low) / 2;
+            if key(source, middle)? <= target {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        (high.wrapping_sub(low) <= 1).then_some(low)
+    }
+
     /// The row of `mapping` that covers `pc`: the last that starts at or
     /// before it, by a binary search of at most [`SEARCH_STEPS`] steps.
     #[inline(always)]
@@ -652,24 +683,14 @@ pub mod unwind {
         if source.row(mapping.first_row)?.pc > relative {
             return None;
         }
-        // Row `low` starts at or before `relative`; row `high` (or the end) after it.
-        let (mut low, mut high) = (0u32, mapping.rows);
-        for _ in 0..SEARCH_STEPS {
-            let bounds = source.opaque(((high as u64) << 32) | low as u64);
-            (low, high) = (bounds as u32, (bounds >> 32) as u32);
-            if high <= low || high - low <= 1 {
-                break;
-            }
-            let middle = low + (high - low) / 2;
-            if source.row(mapping.first_row + middle)?.pc <= relative {
-                low = middle;
-            } else {
-                high = middle;
-            }
-        }
-        if high - low > 1 {
-            return None;
-        }
+        let first = mapping.first_row;
+        let low = last_at_or_before(
+            source,
+            mapping.rows,
+            SEARCH_STEPS,
+            relative as u64,
+            |s, i| s.row(first + i).map(|row| row.pc as u64),
+        )?;
         source.row(mapping.first_row + low)
     }
 }

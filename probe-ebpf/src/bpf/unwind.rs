@@ -22,7 +22,7 @@ use aya_ebpf::macros::map;
 use aya_ebpf::maps::Array;
 use leakscope_probe_ebpf::unwind::{
     Cut, ExecMapping, Frame, MAPPING_SEARCH_STEPS, MAX_EXEC_MAPPINGS, ROWS_PER_CHUNK, Source, Step,
-    UnwindRow, step,
+    UnwindRow, last_at_or_before, step,
 };
 use leakscope_probe_ebpf::{MAX_STACK_DEPTH, STACK_WINDOW_BYTES, TRAMPOLINE_SLOT_MARK, trampoline};
 
@@ -449,20 +449,10 @@ impl Reader<'_> {
 impl Source for Reader<'_> {
     fn mapping(&mut self, pc: u64) -> Option<ExecMapping> {
         // The last mapping that starts at or before `pc`.
-        let (mut low, mut high) = (0u32, self.walk.mappings as u32);
-        for _ in 0..MAPPING_SEARCH_STEPS {
-            let bounds = self.opaque(((high as u64) << 32) | low as u64);
-            (low, high) = (bounds as u32, (bounds >> 32) as u32);
-            if high <= low || high - low <= 1 {
-                break;
-            }
-            let middle = low + (high - low) / 2;
-            if EXEC_MAPPINGS.get(middle)?.start <= pc {
-                low = middle;
-            } else {
-                high = middle;
-            }
-        }
+        let count = self.walk.mappings as u32;
+        let low = last_at_or_before(self, count, MAPPING_SEARCH_STEPS, pc, |_, i| {
+            EXEC_MAPPINGS.get(i).map(|m| m.start)
+        })?;
         let mapping = *EXEC_MAPPINGS.get(low)?;
         (mapping.start <= pc && pc < mapping.end).then_some(mapping)
     }

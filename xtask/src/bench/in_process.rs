@@ -70,6 +70,17 @@ pub(super) fn in_process(
                 leakscope_recording::sampling::DEFAULT_MEAN_BYTES
             )),
         ),
+        (
+            "cooperative_on_unwind_ns",
+            {
+                // The same build, walking its stacks as one without frame
+                // pointers does: what `_Unwind_Backtrace` costs per event.
+                let mut bench = Bench::start(Command::new(cooperative_alloc_bench))?;
+                bench.ask("unwind")?;
+                bench
+            },
+            Some(format!("record-only {}", out.display())),
+        ),
     ];
     let heaptrack = match Bench::start(heaptrack_command) {
         Ok(bench) => {
@@ -120,6 +131,7 @@ pub(super) fn in_process(
         cooperative_off_ns: ns("cooperative_off_ns")?,
         cooperative_on_ns: ns("cooperative_on_ns")?,
         cooperative_sampled_ns: ns("cooperative_sampled_ns")?,
+        cooperative_on_unwind_ns: medians.get("cooperative_on_unwind_ns").copied(),
     };
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(out.with_file_name("dhat-heap.json"));

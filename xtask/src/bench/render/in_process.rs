@@ -46,6 +46,10 @@ pub(super) fn section(md: &mut String, ip: &InProcess) {
             "cooperative allocator, recording sampled every 512 KiB (`attach --sample`)",
             Some(ip.cooperative_sampled_ns),
         ),
+        (
+            "cooperative allocator, recording on, stacks by `_Unwind_Backtrace` (as a build without frame pointers walks them)",
+            ip.cooperative_on_unwind_ns,
+        ),
     ] {
         let Some(ns) = ns else {
             let _ = writeln!(
@@ -95,6 +99,16 @@ pub(super) fn section(md: &mut String, ip: &InProcess) {
          buffer.",
         sampled - off
     );
+    if let Some(unwind) = ip.cooperative_on_unwind_ns {
+        let _ = writeln!(
+            md,
+            "\nIn a build without frame pointers the recorder walks each stack with \
+             `_Unwind_Backtrace`: **{unwind:.1} ns** a pair recording on, against {on:.1} by frame \
+             pointer on the same stacks (`alloc-bench`'s `box` loop, a dozen frames down to \
+             `_start`): unwinding is {:.0}% of what recording costs there.",
+            100.0 * (unwind - on) / (unwind - off)
+        );
+    }
     let _ = writeln!(
         md,
         "\nThe dhat-backed mode is what it is: dhat's profiler captures a full backtrace per \

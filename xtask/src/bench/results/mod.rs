@@ -138,6 +138,10 @@ pub(crate) struct InProcess {
     pub cooperative_off_ns: f64,
     pub cooperative_on_ns: f64,
     pub cooperative_sampled_ns: f64,
+    /// Recording on, stacks walked by `_Unwind_Backtrace` (a build without
+    /// frame pointers) on the same program; `None` in results from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooperative_on_unwind_ns: Option<f64>,
 }
 
 /// The probe's recording of `fixture-server` under churn.
