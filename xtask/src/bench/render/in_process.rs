@@ -51,6 +51,10 @@ pub(super) fn section(md: &mut String, ip: &InProcess) {
             ip.cooperative_on_unwind_ns,
         ),
     ] {
+        if ns.is_none() && label.contains("_Unwind_Backtrace") {
+            // Results from before the row was measured.
+            continue;
+        }
         let Some(ns) = ns else {
             let _ = writeln!(
                 md,
