@@ -52,6 +52,13 @@ pub(super) fn prepare(
         Unwind::FramePointers => false,
         Unwind::Tables => true,
     };
+    if !by_tables && header.frame_pointers == FramePointers::Omitted {
+        on_event(AttachEvent::Warning(format!(
+            "{} was built without frame pointers and --unwind frame-pointers was asked: its allocation stacks will stop after a frame or two (sessions and totals are unaffected); --unwind auto walks it by its unwind tables, or rebuild it with {}",
+            target.exe,
+            leakscope_recording::frame_pointers::FIX
+        )));
+    }
     let unwind = by_tables.then(|| {
         let tables = ProcessTables::of(&target);
         header.stack_walk = StackWalk::EhFrame {
