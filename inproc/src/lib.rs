@@ -48,8 +48,11 @@
 //!   *after* it is made, so a reused address never appears live twice.
 //! * Stacks are walked by frame pointer, within the thread's stack bounds. A
 //!   program built without frame pointers (read from its code at start) has
-//!   its stacks unwound with `_Unwind_Backtrace` instead, as dhat does: slower,
-//!   but the sites are still the program's functions.
+//!   its stacks unwound instead, by the tables the probe's programs walk
+//!   (`leakscope-unwind`), compiled at start from every loaded object's
+//!   `.eh_frame`: about twice the frame-pointer walk's cost, a tenth of
+//!   `_Unwind_Backtrace`'s (what dhat uses, and the fallback where no object
+//!   has a table).
 //! * **Not the application's.** What the recorder, its writer thread and the
 //!   session layer allocate for themselves comes straight from `System`: it is
 //!   neither recorded nor counted by dhat.
@@ -88,11 +91,18 @@ pub use layer::SessionLayer;
 pub use leakscope_recording::sampling::Sampling;
 pub use recorder::{Guard, Recorder, is_recording, start, unwritten_events};
 
-/// Walks stacks through the program's unwind tables (`_Unwind_Backtrace`)
-/// from now on, as a recorder does by itself in a program built without
-/// frame pointers: for benchmarks (what unwinding costs a build that has
-/// them, on the same stacks), and for a program whose code the recorder
-/// misjudges.
+/// Walks stacks through the program's unwind tables from now on, as a
+/// recorder does by itself in a program built without frame pointers: for
+/// benchmarks (what unwinding costs a build that has them, on the same
+/// stacks), and for a program whose code the recorder misjudges. The tables
+/// are compiled now, from every object loaded.
 pub fn walk_stacks_by_unwinding() {
-    stack::unwind_instead();
+    recorder::own::quietly(stack::unwind_instead);
+}
+
+/// Walks stacks with libgcc's `_Unwind_Backtrace` from now on, as dhat
+/// does: for the benchmark that puts it beside the tables' walk.
+#[doc(hidden)]
+pub fn walk_stacks_with_libgcc() {
+    stack::unwind_with_libgcc();
 }

@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, Result, bail};
 
+use leakscope_recording::frame_pointers::StackWalk;
 use leakscope_recording::sampling::Sampling;
 use leakscope_recording::target::Target;
 use leakscope_recording::{AllocLayer, FramePointers, Header, Producer, Settings};
@@ -35,7 +36,7 @@ pub(crate) use events::{
 use mode::{Mode, claim, forked_child, idle, mode, recording, set_mode};
 use writer::{begin, write_loop};
 
-use crate::stack::DEPTH;
+use crate::stack::{DEPTH, Unwinding};
 
 /// True while this process records (a [`Recorder`] runs, and this is not a
 /// child forked from the recording process).
@@ -123,12 +124,28 @@ impl Recorder {
                 .unwrap_or_default()
         });
         let mut notes = vec![];
+        let mut stack_walk = StackWalk::FramePointers;
         if frame_pointers == FramePointers::Omitted {
-            super::stack::unwind_instead();
-            notes.push(
-                "stacks: unwound with _Unwind_Backtrace (the executable was built without frame pointers)"
-                    .to_owned(),
-            );
+            match own::quietly(super::stack::unwind_instead) {
+                Unwinding::Tables {
+                    mappings,
+                    rows,
+                    without_table,
+                } => {
+                    notes.push(format!(
+                        "stacks: unwound by the .eh_frame tables of {mappings} mappings ({rows} rows; the executable was built without frame pointers)"
+                    ));
+                    stack_walk = StackWalk::EhFrame {
+                        mappings,
+                        rows,
+                        without_table,
+                    };
+                }
+                Unwinding::UnwindBacktrace => notes.push(
+                    "stacks: unwound with _Unwind_Backtrace (the executable was built without frame pointers, and no loaded object has a table the walk reads)"
+                        .to_owned(),
+                ),
+            }
         }
         let mut header = Header::new(
             Producer::InProcess,
@@ -146,6 +163,7 @@ impl Recorder {
             },
         );
         header.frame_pointers = frame_pointers;
+        header.stack_walk = stack_walk;
         header.sampling = sampling;
         sampler::configure(sampling);
         let stream = matches!(sink, Sink::Stream(..));

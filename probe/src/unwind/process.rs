@@ -4,23 +4,13 @@
 
 use std::collections::HashMap;
 
-use leakscope_probe_ebpf::unwind::{ExecMapping, UnwindRow};
 use leakscope_recording::Mapping;
 use leakscope_recording::target::Target;
+use leakscope_unwind::{ExecMapping, Table, Tables};
 use object::{Object, ObjectSegment};
 
-use super::table::Table;
-
-/// What a walk of a process needs: its executable mappings, sorted by
-/// address, each with its rows among [`ProcessTables::rows`].
-#[derive(Debug, Default)]
-pub struct ProcessTables {
-    pub mappings: Vec<ExecMapping>,
-    pub rows: Vec<UnwindRow>,
-    /// Files mapped executable with no table, and why: a walk that reaches
-    /// their code stops there.
-    pub missing: Vec<(String, String)>,
-}
+/// A process's tables, as the probe loads them into the programs' maps.
+pub type ProcessTables = Tables;
 
 /// One file's table, and where its code is in the file.
 struct FileTable {
@@ -31,63 +21,54 @@ struct FileTable {
     segments: Vec<(u64, u64, u64)>,
 }
 
-impl ProcessTables {
-    /// The tables of `target`'s executable mappings, each file opened as
-    /// [`Target::open`] does (the probe runs as root; the target names them).
-    pub fn of(target: &Target) -> ProcessTables {
-        let mut tables = ProcessTables::default();
-        let mut files: HashMap<&str, Option<FileTable>> = HashMap::new();
-        for mapping in &target.mappings {
-            let file = files
-                .entry(mapping.path.as_str())
-                .or_insert_with(|| tables.add_file(target, &mapping.path));
-            if let Some(file) = file
-                && let Some(exec) = exec_mapping(mapping, file)
-            {
-                tables.mappings.push(exec);
-            }
+/// The tables of `target`'s executable mappings, each file opened as
+/// [`Target::open`] does (the probe runs as root; the target names them).
+pub fn of(target: &Target) -> ProcessTables {
+    let mut tables = ProcessTables::default();
+    let mut files: HashMap<&str, Option<FileTable>> = HashMap::new();
+    for mapping in &target.mappings {
+        let file = files
+            .entry(mapping.path.as_str())
+            .or_insert_with(|| add_file(&mut tables, target, &mapping.path));
+        if let Some(file) = file
+            && let Some(exec) = exec_mapping(mapping, file)
+        {
+            tables.mappings.push(exec);
         }
-        tables.mappings.sort_by_key(|m| m.start);
-        tables
     }
+    tables.sort();
+    tables
+}
 
-    /// Reads `path`'s table and appends its rows; `None` (and a line in
-    /// [`missing`](Self::missing)) when it has none.
-    fn add_file(&mut self, target: &Target, path: &str) -> Option<FileTable> {
-        let compiled = (|| -> anyhow::Result<FileTable> {
-            let data = target.open(path)?.map()?;
-            let table = Table::from_elf(&data)?;
-            let segments = object::File::parse(&*data)?
-                .segments()
-                .map(|s| {
-                    let (offset, size) = s.file_range();
-                    (offset, size, s.address())
-                })
-                .collect();
-            let first_row = u32::try_from(self.rows.len())?;
-            let rows = u32::try_from(table.rows.len())?;
-            self.rows.extend_from_slice(&table.rows);
-            Ok(FileTable {
-                first_row,
-                rows,
-                base: table.base,
-                segments,
+/// Reads `path`'s table and appends its rows; `None` (and a line in
+/// [`Tables::missing`]) when it has none.
+fn add_file(tables: &mut Tables, target: &Target, path: &str) -> Option<FileTable> {
+    let compiled = (|| -> anyhow::Result<FileTable> {
+        let data = target.open(path)?.map()?;
+        let table = Table::from_elf(&data)?;
+        let segments = object::File::parse(&*data)?
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
             })
-        })();
-        match compiled {
-            Ok(file) => Some(file),
-            Err(e) => {
-                self.missing.push((path.to_owned(), format!("{e:#}")));
-                None
-            }
+            .collect();
+        let (first_row, rows) = tables
+            .add_rows(&table.rows)
+            .ok_or_else(|| anyhow::anyhow!("more than 4 G rows"))?;
+        Ok(FileTable {
+            first_row,
+            rows,
+            base: table.base,
+            segments,
+        })
+    })();
+    match compiled {
+        Ok(file) => Some(file),
+        Err(e) => {
+            tables.missing.push((path.to_owned(), format!("{e:#}")));
+            None
         }
-    }
-
-    /// The mapping `pc` is in.
-    pub fn mapping(&self, pc: u64) -> Option<ExecMapping> {
-        let after = self.mappings.partition_point(|m| m.start <= pc);
-        let mapping = self.mappings.get(after.checked_sub(1)?)?;
-        (pc < mapping.end).then_some(*mapping)
     }
 }
 
@@ -131,12 +112,12 @@ pub(crate) struct OwnStack<'a> {
 }
 
 #[cfg(test)]
-impl leakscope_probe_ebpf::unwind::Source for OwnStack<'_> {
+impl leakscope_unwind::Source for OwnStack<'_> {
     fn mapping(&mut self, pc: u64) -> Option<ExecMapping> {
         self.tables.mapping(pc)
     }
 
-    fn row(&mut self, index: u32) -> Option<UnwindRow> {
+    fn row(&mut self, index: u32) -> Option<leakscope_unwind::UnwindRow> {
         self.tables.rows.get(index as usize).copied()
     }
 

@@ -74,9 +74,19 @@ pub(super) fn in_process(
             "cooperative_on_unwind_ns",
             {
                 // The same build, walking its stacks as one without frame
-                // pointers does: what `_Unwind_Backtrace` costs per event.
+                // pointers does: by the unwind tables.
                 let mut bench = Bench::start(Command::new(cooperative_alloc_bench))?;
                 bench.ask("unwind")?;
+                bench
+            },
+            Some(format!("record-only {}", out.display())),
+        ),
+        (
+            "cooperative_on_libgcc_ns",
+            {
+                // And with `_Unwind_Backtrace`, as dhat unwinds.
+                let mut bench = Bench::start(Command::new(cooperative_alloc_bench))?;
+                bench.ask("unwind-libgcc")?;
                 bench
             },
             Some(format!("record-only {}", out.display())),
@@ -132,6 +142,7 @@ pub(super) fn in_process(
         cooperative_on_ns: ns("cooperative_on_ns")?,
         cooperative_sampled_ns: ns("cooperative_sampled_ns")?,
         cooperative_on_unwind_ns: medians.get("cooperative_on_unwind_ns").copied(),
+        cooperative_on_libgcc_ns: medians.get("cooperative_on_libgcc_ns").copied(),
     };
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(out.with_file_name("dhat-heap.json"));

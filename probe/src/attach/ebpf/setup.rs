@@ -60,7 +60,7 @@ pub(super) fn prepare(
         )));
     }
     let unwind = by_tables.then(|| {
-        let tables = ProcessTables::of(&target);
+        let tables = crate::unwind::process::of(&target);
         header.stack_walk = StackWalk::EhFrame {
             mappings: tables.mappings.len() as u32,
             rows: tables.rows.len() as u64,

@@ -79,7 +79,7 @@ fn nested(depth: u32, tables: &ProcessTables) -> (Vec<u64>, Step, Vec<u64>) {
 #[test]
 fn a_walk_by_the_tables_finds_what_libgccs_unwinder_finds() {
     let target = Target::inspect(std::process::id()).unwrap();
-    let tables = ProcessTables::of(&target);
+    let tables = super::of(&target);
     assert!(!tables.rows.is_empty());
     let exe = std::fs::read_link("/proc/self/exe").unwrap();
     let exe = exe.to_string_lossy();
@@ -105,7 +105,7 @@ fn a_walk_by_the_tables_finds_what_libgccs_unwinder_finds() {
 #[test]
 fn each_file_has_one_table_and_its_mappings_find_their_rows() {
     let target = Target::inspect(std::process::id()).unwrap();
-    let tables = ProcessTables::of(&target);
+    let tables = super::of(&target);
     let libc = target.mapped_library("libc.so").expect("libc is mapped");
     let libc_mappings: Vec<&ExecMapping> = tables
         .mappings
@@ -123,4 +123,14 @@ fn each_file_has_one_table_and_its_mappings_find_their_rows() {
     let middle = libc_mappings[0].start + (libc_mappings[0].end - libc_mappings[0].start) / 2;
     assert_eq!(tables.mapping(middle), Some(*libc_mappings[0]));
     assert_eq!(tables.mapping(0x1000), None);
+}
+
+/// The eBPF object is ELF, but not code a process runs: no `.eh_frame`.
+#[cfg(feature = "ebpf")]
+#[test]
+fn the_ebpf_object_has_no_table() {
+    assert!(matches!(
+        super::Table::from_elf(crate::EBPF_OBJECT),
+        Err(crate::unwind::TableError::NoEhFrame)
+    ));
 }

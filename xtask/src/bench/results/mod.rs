@@ -138,10 +138,14 @@ pub(crate) struct InProcess {
     pub cooperative_off_ns: f64,
     pub cooperative_on_ns: f64,
     pub cooperative_sampled_ns: f64,
-    /// Recording on, stacks walked by `_Unwind_Backtrace` (a build without
-    /// frame pointers) on the same program; `None` in results from before it.
+    /// Recording on, stacks walked by the unwind tables (as a build without
+    /// frame pointers walks them) on the same program; `None` in results
+    /// from before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooperative_on_unwind_ns: Option<f64>,
+    /// The same, walked by `_Unwind_Backtrace` (as dhat walks them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooperative_on_libgcc_ns: Option<f64>,
 }
 
 /// The probe's recording of `fixture-server` under churn.

@@ -3,19 +3,61 @@
 //! stack and grow towards its base. A program built without frame pointers (a
 //! plain `cargo build --release`) leaves any value in `rbp`, so its stacks
 //! would stop at once; there the walk unwinds instead ([`unwind_instead`]),
-//! through the DWARF unwind tables with `_Unwind_Backtrace`, as dhat does: a
-//! few microseconds a call, only where frame pointers are missing.
+//! by the tables the probe's programs walk ([`tables`]), compiled once from
+//! the process's `.eh_frame`; where they cannot be made, with
+//! `_Unwind_Backtrace`, as dhat does (a few microseconds a call).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The program has no frame pointers: walks unwind (see the module docs).
-static UNWIND: AtomicBool = AtomicBool::new(false);
+pub mod tables;
+
+/// How stacks are walked: one of the `WALK_*`.
+static WALK: AtomicU8 = AtomicU8::new(WALK_FRAME_POINTERS);
+const WALK_FRAME_POINTERS: u8 = 0;
+const WALK_TABLES: u8 = 1;
+const WALK_UNWIND_BACKTRACE: u8 = 2;
+
+/// How a build without frame pointers has its stacks walked.
+#[derive(Debug)]
+pub enum Unwinding {
+    /// By the tables: `mappings` executable mappings, `rows` rows, and the
+    /// objects with code but no table (their frames end a stack).
+    Tables {
+        mappings: u32,
+        rows: u64,
+        without_table: Vec<String>,
+    },
+    /// With `_Unwind_Backtrace`: no object had a table the walk could use.
+    UnwindBacktrace,
+}
 
 /// Walk by unwinding from now on (the recorder calls it at start when the
-/// executable's code keeps no frame pointers).
-pub fn unwind_instead() {
-    UNWIND.store(true, Ordering::Relaxed);
+/// executable's code keeps no frame pointers): compiles the tables (the
+/// caller runs it as the recorder's own work) and says how stacks will be
+/// walked.
+pub fn unwind_instead() -> Unwinding {
+    let tables = tables::compiled();
+    if tables.mappings.is_empty() {
+        WALK.store(WALK_UNWIND_BACKTRACE, Ordering::Relaxed);
+        return Unwinding::UnwindBacktrace;
+    }
+    WALK.store(WALK_TABLES, Ordering::Relaxed);
+    Unwinding::Tables {
+        mappings: tables.mappings.len() as u32,
+        rows: tables.rows.len() as u64,
+        without_table: tables
+            .missing
+            .iter()
+            .map(|(name, why)| format!("{name}: {why}"))
+            .collect(),
+    }
+}
+
+/// Walk with `_Unwind_Backtrace` from now on: for the benchmark that puts
+/// it beside the tables' walk.
+pub fn unwind_with_libgcc() {
+    WALK.store(WALK_UNWIND_BACKTRACE, Ordering::Relaxed);
 }
 
 pub const DEPTH: usize = 24;
@@ -27,7 +69,7 @@ thread_local! {
 
 /// This thread's stack bounds (looked up once; the caller holds the re-entry guard,
 /// since glibc may allocate while answering for the main thread).
-fn bounds() -> (u64, u64) {
+pub(crate) fn bounds() -> (u64, u64) {
     let cached = BOUNDS.with(Cell::get);
     if cached.1 != 0 {
         return cached;
@@ -54,12 +96,16 @@ fn bounds() -> (u64, u64) {
 /// Return addresses of the current call stack, innermost first; returns how many.
 #[inline(never)]
 pub fn walk(frames: &mut [u64; DEPTH]) -> usize {
-    if UNWIND.load(Ordering::Relaxed) {
+    let how = WALK.load(Ordering::Relaxed);
+    if how == WALK_UNWIND_BACKTRACE {
         return unwind(frames);
     }
     let (low, high) = bounds();
     if high == 0 {
         return 0;
+    }
+    if how == WALK_TABLES {
+        return tables::walk(frames, low, high).unwrap_or(0);
     }
     let mut fp: u64;
     // SAFETY: reads the frame pointer register only.

@@ -12,11 +12,11 @@
 
 use std::collections::HashMap;
 
+use crate::{RBP_LOST, UnwindRow, kind};
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, RegisterRule,
     UnwindContext, UnwindSection, UnwindTableRow, X86_64,
 };
-use leakscope_probe_ebpf::unwind::{RBP_LOST, UnwindRow, kind};
 use object::{Object, ObjectSection};
 
 type Section<'a> = EhFrame<EndianSlice<'a, LittleEndian>>;
@@ -108,6 +108,29 @@ impl Table {
         Self::from_functions(functions(&eh_frame, &bases)?)
     }
 
+    /// The table of code already in memory: `eh_frame` is the `.eh_frame`
+    /// section's bytes at address `eh_frame_address`, `eh_frame_hdr_address`
+    /// where its `.eh_frame_hdr` is (pointers may be relative to either).
+    /// The table's addresses are then the memory's (the in-process recorder
+    /// compiles its own process's tables from what `dl_iterate_phdr` shows,
+    /// no file read). `eh_frame` may run past the section: the entries end at
+    /// its zero terminator.
+    pub fn from_eh_frame(
+        eh_frame: &[u8],
+        eh_frame_address: u64,
+        eh_frame_hdr_address: u64,
+    ) -> Result<Table, TableError> {
+        let eh_frame = &eh_frame[..terminated_length(eh_frame)];
+        if eh_frame.is_empty() {
+            return Err(TableError::NoEhFrame);
+        }
+        let bases = BaseAddresses::default()
+            .set_eh_frame(eh_frame_address)
+            .set_eh_frame_hdr(eh_frame_hdr_address);
+        let eh_frame = EhFrame::new(eh_frame, LittleEndian);
+        Self::from_functions(functions(&eh_frame, &bases)?)
+    }
+
     /// Lays the functions' rules out by address: a gap row wherever one
     /// function ends before the next begins, the later function's rules
     /// where two overlap.
@@ -164,6 +187,46 @@ impl Rule {
             cfa_off: row.cfa_off,
             rbp: row.rbp,
         }
+    }
+}
+
+/// Where `.eh_frame` is, from its `.eh_frame_hdr` (`header`, the bytes at
+/// `header_address`): the header's first pointer, as `PT_GNU_EH_FRAME`
+/// leads an unwinder to the section in memory.
+pub fn eh_frame_address(header: &[u8], header_address: u64) -> Result<u64, TableError> {
+    let bases = BaseAddresses::default().set_eh_frame_hdr(header_address);
+    let parsed = gimli::EhFrameHdr::new(header, LittleEndian).parse(&bases, 8)?;
+    match parsed.eh_frame_ptr() {
+        gimli::Pointer::Direct(address) => Ok(address),
+        gimli::Pointer::Indirect(_) => Err(TableError::EhFrame(
+            gimli::Error::UnsupportedPointerEncoding(gimli::DW_EH_PE_indirect),
+        )),
+    }
+}
+
+/// The length of `.eh_frame`'s entries up to its zero terminator (or as many
+/// whole entries as `data` holds): each starts with its length, 4 bytes, or
+/// `0xffff_ffff` and 8 bytes.
+fn terminated_length(data: &[u8]) -> usize {
+    let mut at = 0usize;
+    loop {
+        let Some(word) = data.get(at..at + 4) else {
+            return at;
+        };
+        let length = u32::from_le_bytes(word.try_into().expect("4 bytes")) as u64;
+        let (header, length) = match length {
+            0 => return at,
+            0xffff_ffff => match data.get(at + 4..at + 12) {
+                Some(long) => (12, u64::from_le_bytes(long.try_into().expect("8 bytes"))),
+                None => return at,
+            },
+            length => (4, length),
+        };
+        let end = (at as u64).saturating_add(header).saturating_add(length);
+        if end > data.len() as u64 {
+            return at;
+        }
+        at = end as usize;
     }
 }
 
