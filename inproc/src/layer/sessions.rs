@@ -100,29 +100,25 @@ impl Sessions {
     }
 }
 
-/// Reads an event's session-id field, and whether its message is the rule's
-/// (compared as it is written out, without making a string of it: the
-/// visitor runs on every event of the rule's target while recording).
-struct EventVisitor<'a> {
-    field: &'a str,
+/// Whether an event's message is the rule's, compared as it is written out,
+/// without making a string of it, and given up at the first piece that
+/// differs: the visitor runs on every event of the rule's target while
+/// recording, and only the one that matches has its session id read (by
+/// [`IdVisitor`], a second pass).
+struct MessageVisitor<'a> {
     message: &'a str,
     matches: bool,
-    id: Option<String>,
 }
 
-impl Visit for EventVisitor<'_> {
+impl Visit for MessageVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == self.field {
-            self.id = Some(value.to_owned());
-        } else if field.name() == "message" {
+        if field.name() == "message" {
             self.matches = value == self.message;
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == self.field {
-            self.id = Some(format!("{value:?}").trim_matches('"').to_owned());
-        } else if field.name() == "message" {
+        if field.name() == "message" {
             let mut same = Same {
                 rest: self.message,
                 same: true,
@@ -143,10 +139,16 @@ struct Same<'a> {
 impl std::fmt::Write for Same<'_> {
     fn write_str(&mut self, piece: &str) -> std::fmt::Result {
         match self.rest.strip_prefix(piece) {
-            Some(rest) if self.same => self.rest = rest,
-            _ => self.same = false,
+            Some(rest) if self.same => {
+                self.rest = rest;
+                Ok(())
+            }
+            _ => {
+                // Not the message: stop writing it out.
+                self.same = false;
+                Err(std::fmt::Error)
+            }
         }
-        Ok(())
     }
 }
 
@@ -283,14 +285,20 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
             return;
         };
         let id = quietly(|| {
-            let mut visitor = EventVisitor {
-                field: &rule.id_field,
+            let mut message = MessageVisitor {
                 message: &rule.message,
                 matches: false,
+            };
+            event.record(&mut message);
+            if !message.matches {
+                return None;
+            }
+            let mut visitor = IdVisitor {
+                field: &rule.id_field,
                 id: None,
             };
             event.record(&mut visitor);
-            visitor.id.filter(|_| visitor.matches)
+            visitor.id
         });
         if let Some(id) = id {
             record_session_created(&id);
@@ -329,7 +337,9 @@ mod tests {
             same: true,
         };
         for piece in pieces {
-            same.write_str(piece).unwrap();
+            if same.write_str(piece).is_err() {
+                break;
+            }
         }
         same.same && same.rest.is_empty()
     }
