@@ -38,9 +38,9 @@ pub enum StackWalk {
     /// (in-process): every recording before format 11.
     #[default]
     FramePointers,
-    /// By tables the probe compiled from each executable's `.eh_frame` (a
-    /// build without frame pointers): whole stacks, except through code
-    /// with no table.
+    /// By tables compiled from each executable's `.eh_frame` (a build
+    /// without frame pointers; by the probe, or in-process by the recorder):
+    /// whole stacks, except through code with no table.
     EhFrame {
         /// Executable mappings with a table.
         mappings: u32,

@@ -287,3 +287,27 @@ fn find<S: Source>(source: &mut S, mapping: &ExecMapping, pc: u64) -> Option<Unw
     )?;
     source.row(mapping.first_row + low)
 }
+
+/// The calling function's own frame, here: where it is (`pc`, an address
+/// inside this inlined block), its stack pointer and `rbp`, for a walk of
+/// the current thread's stack (the in-process recorder, the probe's tests).
+/// The three are read at one point, where the row at `pc` holds for `sp`;
+/// the walk's first step looks `pc` up as is (`interrupted`).
+#[cfg(all(feature = "tables", target_arch = "x86_64"))]
+#[inline(always)]
+pub fn here() -> Frame {
+    let (pc, sp, bp): (u64, u64, u64);
+    // SAFETY: reads registers only.
+    unsafe {
+        core::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    Frame { pc, sp, bp }
+}

@@ -22,7 +22,7 @@ use std::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
 
 use leakscope_unwind::{
-    Cut, ExecMapping, Frame, Source, Step, Table, Tables, UnwindRow, eh_frame_address, step,
+    Cut, ExecMapping, Frame, Source, Step, Table, Tables, UnwindRow, eh_frame_address, here, step,
 };
 
 use super::DEPTH;
@@ -222,20 +222,7 @@ impl Source for Own<'_> {
 #[inline(never)]
 pub fn walk(frames: &mut [u64; DEPTH], low: u64, high: u64) -> Option<usize> {
     let tables = tables().filter(|t| !t.mappings.is_empty())?;
-    let (pc, sp, bp): (u64, u64, u64);
-    // SAFETY: reads registers only. `pc` is an address inside this block,
-    // where rsp is what it reads: the row at `pc` holds for `sp`.
-    unsafe {
-        core::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            pc = out(reg) pc,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
+    let here = here();
     let walked = ROWS.try_with(|rows| {
         // SAFETY: this thread's cache; the walk never re-enters itself (it
         // neither allocates nor calls out).
@@ -246,7 +233,7 @@ pub fn walk(frames: &mut [u64; DEPTH], low: u64, high: u64) -> Option<usize> {
             high,
             rows,
         };
-        let mut frame = Frame { pc, sp, bp };
+        let mut frame = here;
         let mut n = 0;
         while n < DEPTH {
             let next = match step(&mut own, frame, n == 0) {

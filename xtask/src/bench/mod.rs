@@ -197,7 +197,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             &nofp,
             pairs,
             rounds,
-            &[Tool::Unprobed, Tool::Floor, Tool::Leakscope],
+            &[
+                Tool::Unprobed,
+                Tool::Floor,
+                Tool::Leakscope,
+                Tool::LeakscopeSampled,
+            ],
         ));
     }
     if wanted(Section::Server) {

@@ -18,6 +18,9 @@ pub(super) enum Tool {
     Unprobed,
     Floor,
     Leakscope,
+    /// The probe sampling at the default mean (`--sample`): only sampled
+    /// allocations walk their stack.
+    LeakscopeSampled,
     BccMemleak,
     Heaptrack,
     ValgrindDhat,
@@ -53,6 +56,7 @@ impl Tool {
             Tool::Unprobed => "unprobed",
             Tool::Floor => "floor",
             Tool::Leakscope => "leakscope",
+            Tool::LeakscopeSampled => "leakscope_sampled",
             Tool::BccMemleak => "bcc_memleak",
             Tool::Heaptrack => "heaptrack",
             Tool::ValgrindDhat => "valgrind_dhat",
@@ -64,6 +68,7 @@ impl Tool {
             Tool::Unprobed => "nothing attached",
             Tool::Floor => "no-op uprobes at the same points (the floor)",
             Tool::Leakscope => "leakscope probe (attached by pid)",
+            Tool::LeakscopeSampled => "leakscope probe sampling (`--sample`, 512 KiB)",
             Tool::BccMemleak => "bcc memleak (attached by pid)",
             Tool::Heaptrack => "heaptrack (started with the program)",
             Tool::ValgrindDhat => "valgrind --tool=dhat (started with the program)",
@@ -76,6 +81,9 @@ impl Tool {
             Tool::Unprobed => "`PAIRS N`",
             Tool::Floor => "`PAIRS --wait N` + `leakscope-probe attach --pid PID --bare`",
             Tool::Leakscope => "`PAIRS --wait N` + `leakscope-probe attach --pid PID`",
+            Tool::LeakscopeSampled => {
+                "`PAIRS --wait N` + `leakscope-probe attach --pid PID --sample`"
+            }
             Tool::BccMemleak => "`PAIRS --wait N` + `memleak-bpfcc -p PID 3600`",
             Tool::Heaptrack => "`heaptrack PAIRS N`",
             Tool::ValgrindDhat => "`valgrind --tool=dhat PAIRS N`",
@@ -217,12 +225,14 @@ pub(super) fn parse_ns(text: &str) -> Option<f64> {
 pub(super) fn time_pairs(env: &Env, tool: Tool, n: u64) -> Result<f64, String> {
     match tool {
         Tool::Unprobed => Waiting::start(env, n)?.go(),
-        Tool::Floor | Tool::Leakscope => {
+        Tool::Floor | Tool::Leakscope | Tool::LeakscopeSampled => {
             let program = Waiting::start(env, n)?;
             let out = env.recording("pairs");
             let mut extra = vec!["--unwind", env.unwind];
-            if tool == Tool::Floor {
-                extra.push("--bare");
+            match tool {
+                Tool::Floor => extra.push("--bare"),
+                Tool::LeakscopeSampled => extra.push("--sample"),
+                _ => {}
             }
             let probe = attach_with(&env.probe, program.pid(), &out, &extra, false)
                 .map_err(|e| format!("{e:#}"))?;

@@ -1,4 +1,4 @@
-use leakscope_probe_ebpf::unwind::{Frame, Step, step};
+use leakscope_probe_ebpf::unwind::{Step, step};
 
 use super::*;
 
@@ -21,23 +21,11 @@ fn stack_bounds() -> (u64, u64) {
 /// libgcc's unwinder's (through `backtrace`), from the same function.
 #[inline(never)]
 fn both_walks(tables: &ProcessTables) -> (Vec<u64>, Step, Vec<u64>) {
-    let (pc, sp, bp): (u64, u64, u64);
-    // SAFETY: reads registers only.
-    unsafe {
-        std::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            pc = out(reg) pc,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
+    let here = leakscope_unwind::here();
     let (low, high) = stack_bounds();
     let mut source = OwnStack { tables, low, high };
     let mut ours = Vec::new();
-    let mut frame = Frame { pc, sp, bp };
+    let mut frame = here;
     let mut interrupted = true;
     let end = loop {
         match step(&mut source, frame, interrupted) {

@@ -213,7 +213,16 @@ fn nofp_section(md: &mut String, p: &Pairs, deep: Option<&Pairs>) {
         shown(&p.depth),
         p.program
     );
-    pairs_table(md, p, &[Tool::Unprobed, Tool::Floor, Tool::Leakscope]);
+    pairs_table(
+        md,
+        p,
+        &[
+            Tool::Unprobed,
+            Tool::Floor,
+            Tool::Leakscope,
+            Tool::LeakscopeSampled,
+        ],
+    );
     let _ = writeln!(md);
     vs_floor(md, p);
     let tables = p.tools.ns(Tool::Leakscope.key());
@@ -234,6 +243,16 @@ fn nofp_section(md: &mut String, p: &Pairs, deep: Option<&Pairs>) {
              {:.2}x that.",
             fmt_ns(Some(fp)),
             tables / fp
+        );
+    }
+    if let (Some(sampled), Some(floor)) = (p.tools.ns(Tool::LeakscopeSampled.key()), floor) {
+        let _ = writeln!(
+            md,
+            "Sampling every 512 KiB on average (`--sample`), {}: **{:.2}x** the floor. Only a \
+             sampled allocation (one in ~8,000 of these 64-byte blocks) walks its stack; the \
+             others pay the countdown in `malloc_exit`.",
+            fmt_ns(Some(sampled)),
+            sampled / floor
         );
     }
     program_table(md, p);
