@@ -27,9 +27,6 @@ fn main() -> anyhow::Result<()> {
              Run `cargo xtask setup` (or `cargo install bpf-linker@0.10.0 --locked`)."
         );
     }
-    // The programs' walk is the shared crate's step: aya-build watches
-    // probe-ebpf/ only.
-    println!("cargo:rerun-if-changed={manifest_dir}/../unwind/src");
     share_ebpf_target_dir()?;
     let package = aya_build::Package {
         name: "leakscope-probe-ebpf",

@@ -105,7 +105,7 @@ impl Table {
             bases = bases.set_got(got);
         }
         let eh_frame = EhFrame::new(section.data()?, LittleEndian);
-        Self::from_functions(functions(&eh_frame, &bases)?)
+        Self::from_functions(functions(&eh_frame, &bases, Entries::All)?)
     }
 
     /// The table of code already in memory: `eh_frame` is the `.eh_frame`
@@ -128,7 +128,7 @@ impl Table {
             .set_eh_frame(eh_frame_address)
             .set_eh_frame_hdr(eh_frame_hdr_address);
         let eh_frame = EhFrame::new(eh_frame, LittleEndian);
-        Self::from_functions(functions(&eh_frame, &bases)?)
+        Self::from_functions(functions(&eh_frame, &bases, Entries::UpToFirstBad)?)
     }
 
     /// Lays the functions' rules out by address: a gap row wherever one
@@ -230,15 +230,37 @@ fn terminated_length(data: &[u8]) -> usize {
     }
 }
 
+/// How far [`functions`] reads `.eh_frame`'s entries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Entries {
+    /// The section's, exactly (from a file): an entry that cannot be read
+    /// is an error.
+    All,
+    /// Up to the first entry that cannot be read (from memory, where the
+    /// section's end is its terminator; an object linked without one has
+    /// other bytes after its last entry, and the table is what came before).
+    UpToFirstBad,
+}
+
 /// Every function of `eh_frame` with its rules. A function gimli cannot
 /// parse or evaluate is left out: its range becomes a gap.
-fn functions(eh_frame: &Section<'_>, bases: &BaseAddresses) -> Result<Vec<Function>, TableError> {
+fn functions(
+    eh_frame: &Section<'_>,
+    bases: &BaseAddresses,
+    entries_read: Entries,
+) -> Result<Vec<Function>, TableError> {
     let mut context = Box::new(UnwindContext::new());
     // A CIE is shared by many FDEs: parsed once.
     let mut cies = HashMap::new();
     let mut functions = Vec::new();
     let mut entries = eh_frame.entries(bases);
-    while let Some(entry) = entries.next()? {
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(entry)) => entry,
+            Ok(None) => break,
+            Err(_) if entries_read == Entries::UpToFirstBad => break,
+            Err(e) => return Err(e.into()),
+        };
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };

@@ -49,48 +49,53 @@ struct Loaded {
     segments: Vec<(u32, u32, u64, u64)>,
 }
 
+/// Compiles every loaded object's table, each inside `dl_iterate_phdr`'s
+/// callback: the loader holds its lock there, so no other thread can
+/// unmap the object (`dlclose`) while its `.eh_frame` is read.
 fn compile() -> Tables {
-    let mut loaded: Vec<Loaded> = Vec::new();
-    // SAFETY: the callback only reads the headers the loader passes it and
-    // pushes into the Vec behind `data`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(collect), (&raw mut loaded).cast()) };
     let mut tables = Tables::default();
-    for object in &loaded {
-        let executable = object
-            .segments
-            .iter()
-            .filter(|s| s.0 == libc::PT_LOAD && s.1 & libc::PF_X != 0);
-        if executable.clone().next().is_none() {
-            continue;
-        }
-        let table = match table_of(object) {
-            Ok(table) => table,
-            Err(why) => {
-                tables.missing.push((object.name.clone(), why));
-                continue;
-            }
-        };
-        let Some((first_row, rows)) = tables.add_rows(&table.rows) else {
-            tables
-                .missing
-                .push((object.name.clone(), "more than 4 G rows".into()));
-            continue;
-        };
-        for &(_, _, vaddr, size) in executable {
-            let start = object.bias.wrapping_add(vaddr);
-            tables.mappings.push(ExecMapping {
-                start,
-                end: start + size,
-                // The table's addresses are the memory's: its base is the
-                // lowest function's address in memory.
-                bias: table.base,
-                first_row,
-                rows,
-            });
-        }
-    }
+    // SAFETY: the callback reads the headers the loader passes it and the
+    // memory they describe, and adds to the Tables behind `data`, which
+    // outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(collect), (&raw mut tables).cast()) };
     tables.sort();
     tables
+}
+
+/// Adds `object`'s table and executable mappings to `tables`.
+fn add(tables: &mut Tables, object: &Loaded) {
+    let executable = object
+        .segments
+        .iter()
+        .filter(|s| s.0 == libc::PT_LOAD && s.1 & libc::PF_X != 0);
+    if executable.clone().next().is_none() {
+        return;
+    }
+    let table = match table_of(object) {
+        Ok(table) => table,
+        Err(why) => {
+            tables.missing.push((object.name.clone(), why));
+            return;
+        }
+    };
+    let Some((first_row, rows)) = tables.add_rows(&table.rows) else {
+        tables
+            .missing
+            .push((object.name.clone(), "more than 4 G rows".into()));
+        return;
+    };
+    for &(_, _, vaddr, size) in executable {
+        let start = object.bias.wrapping_add(vaddr);
+        tables.mappings.push(ExecMapping {
+            start,
+            end: start + size,
+            // The table's addresses are the memory's: its base is the
+            // lowest function's address in memory.
+            bias: table.base,
+            first_row,
+            rows,
+        });
+    }
 }
 
 /// `object`'s table, from its `.eh_frame` in memory.
@@ -128,10 +133,10 @@ unsafe extern "C" fn collect(
     _size: usize,
     data: *mut c_void,
 ) -> c_int {
-    // SAFETY: `data` is `compile`'s Vec; `info` and its headers are the
+    // SAFETY: `data` is `compile`'s Tables; `info` and its headers are the
     // loader's, valid during the call.
-    unsafe {
-        let loaded = &mut *data.cast::<Vec<Loaded>>();
+    let (tables, object) = unsafe {
+        let tables = &mut *data.cast::<Tables>();
         let info = &*info;
         let name = if info.dlpi_name.is_null() || *info.dlpi_name == 0 {
             "the executable".to_owned()
@@ -141,20 +146,31 @@ unsafe extern "C" fn collect(
                 .into_owned()
         };
         let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-        loaded.push(Loaded {
+        let object = Loaded {
             name,
             bias: info.dlpi_addr,
             segments: headers
                 .iter()
                 .map(|h| (h.p_type, h.p_flags, h.p_vaddr, h.p_memsz))
                 .collect(),
-        });
+        };
+        (tables, object)
+    };
+    // A panic must not unwind into the loader (out of an `extern "C"`
+    // callback it aborts the process): an object whose table makes the
+    // compiler panic has none.
+    let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| add(tables, &object)));
+    if added.is_err() {
+        tables
+            .missing
+            .push((object.name, "its table could not be compiled".into()));
     }
     0
 }
 
-/// Rows kept per thread, by the address they were looked up at.
-const SLOTS: usize = 512;
+/// Rows kept per thread, by the address they were looked up at: 4 KiB of
+/// each thread's static TLS (which glibc takes from the thread's stack).
+const SLOTS: usize = 256;
 
 #[derive(Clone, Copy)]
 struct Slot {
@@ -235,8 +251,12 @@ pub fn walk(frames: &mut [u64; DEPTH], low: u64, high: u64) -> Option<usize> {
         };
         let mut frame = here;
         let mut n = 0;
+        // The first caller is `stack::walk`, which called this: not kept,
+        // so the stack starts where the frame-pointer walk's does.
+        let mut own_frame = true;
+        let mut interrupted = true;
         while n < DEPTH {
-            let next = match step(&mut own, frame, n == 0) {
+            let next = match step(&mut own, frame, std::mem::take(&mut interrupted)) {
                 Step::Caller(next) => next,
                 // Code with no table: by frame pointer, if rbp holds one.
                 Step::Cut(Cut::NoMapping) => match frame_pointer_step(&mut own, frame) {
@@ -248,9 +268,12 @@ pub fn walk(frames: &mut [u64; DEPTH], low: u64, high: u64) -> Option<usize> {
             if next.pc == 0 {
                 break;
             }
+            frame = next;
+            if std::mem::take(&mut own_frame) {
+                continue;
+            }
             frames[n] = next.pc;
             n += 1;
-            frame = next;
         }
         n
     });

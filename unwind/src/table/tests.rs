@@ -304,3 +304,21 @@ fn a_section_read_from_memory_ends_at_its_terminator() {
     assert_eq!(terminated_length(&[0; 16]), 0);
     assert_eq!(terminated_length(&[8, 0, 0, 0, 1, 2]), 0, "a cut entry");
 }
+
+/// From memory, bytes after the last entry that are not a terminator end
+/// the table where they start; the entries before them are kept.
+#[test]
+fn a_section_in_memory_without_a_terminator_keeps_its_entries() {
+    let data = std::fs::read(LIBC).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    use object::{Object, ObjectSection};
+    let section = file.section_by_name(".eh_frame").unwrap();
+    let header = file.section_by_name(".eh_frame_hdr").unwrap();
+    let mut bytes = section.data().unwrap().to_vec();
+    let whole = terminated_length(&bytes);
+    bytes.truncate(whole);
+    // Code after the section, whose words read as a CIE of no version.
+    bytes.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0, 0x90, 0x90, 0x90, 0x90]);
+    let from_memory = Table::from_eh_frame(&bytes, section.address(), header.address()).unwrap();
+    assert_eq!(from_memory, table_of(Path::new(LIBC)));
+}

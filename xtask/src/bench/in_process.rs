@@ -71,7 +71,7 @@ pub(super) fn in_process(
             )),
         ),
         (
-            "cooperative_on_unwind_ns",
+            "cooperative_on_tables_ns",
             {
                 // The same build, walking its stacks as one without frame
                 // pointers does: by the unwind tables.
@@ -141,7 +141,7 @@ pub(super) fn in_process(
         cooperative_off_ns: ns("cooperative_off_ns")?,
         cooperative_on_ns: ns("cooperative_on_ns")?,
         cooperative_sampled_ns: ns("cooperative_sampled_ns")?,
-        cooperative_on_unwind_ns: medians.get("cooperative_on_unwind_ns").copied(),
+        cooperative_on_tables_ns: medians.get("cooperative_on_tables_ns").copied(),
         cooperative_on_libgcc_ns: medians.get("cooperative_on_libgcc_ns").copied(),
     };
     let _ = std::fs::remove_file(&out);

@@ -38,16 +38,15 @@ fn the_walk_by_tables_finds_the_frames_libgcc_finds() {
     // Twice: the second walk reads rows from this thread's cache.
     for _ in 0..2 {
         let (ours, theirs) = nested(8);
-        // Ours starts inside the walk; from `nested`'s first frame on, the
-        // two are the same addresses, down to the thread's first frame or
-        // as deep as a walk goes.
-        let first = theirs
-            .iter()
-            .position(|&pc| pc == ours[1])
-            .unwrap_or_else(|| panic!("{:x} not in libgcc's walk {theirs:x?}", ours[1]));
-        let whole = (theirs.len() - first + 1).min(DEPTH);
-        assert_eq!(ours.len(), whole, "{ours:x?} against {theirs:x?}");
-        assert_eq!(&ours[1..], &theirs[first..first + whole - 1]);
+        // Ours starts at the walk's caller's caller (as the frame-pointer
+        // walk, called from `stack::walk`, starts at its caller's); from
+        // there the two are the same addresses, down to the thread's first
+        // frame, which this test's thread reaches within `DEPTH` frames.
+        assert!(ours.len() >= 8 + 4 && ours.len() < DEPTH, "{ours:x?}");
+        assert!(
+            theirs.ends_with(&ours),
+            "{ours:x?} is not the end of libgcc's {theirs:x?}"
+        );
     }
 }
 

@@ -48,7 +48,7 @@ pub(super) fn section(md: &mut String, ip: &InProcess) {
         ),
         (
             "cooperative allocator, recording on, stacks by the unwind tables (as a build without frame pointers walks them)",
-            ip.cooperative_on_unwind_ns,
+            ip.cooperative_on_tables_ns,
         ),
         (
             "cooperative allocator, recording on, stacks by `_Unwind_Backtrace` (as dhat walks them)",
@@ -107,7 +107,7 @@ pub(super) fn section(md: &mut String, ip: &InProcess) {
          buffer.",
         sampled - off
     );
-    if let (Some(unwind), Some(libgcc)) = (ip.cooperative_on_unwind_ns, ip.cooperative_on_libgcc_ns)
+    if let (Some(unwind), Some(libgcc)) = (ip.cooperative_on_tables_ns, ip.cooperative_on_libgcc_ns)
     {
         let _ = writeln!(
             md,

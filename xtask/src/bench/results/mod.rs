@@ -142,7 +142,7 @@ pub(crate) struct InProcess {
     /// frame pointers walks them) on the same program; `None` in results
     /// from before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cooperative_on_unwind_ns: Option<f64>,
+    pub cooperative_on_tables_ns: Option<f64>,
     /// The same, walked by `_Unwind_Backtrace` (as dhat walks them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooperative_on_libgcc_ns: Option<f64>,
