@@ -41,10 +41,24 @@ pub(super) fn instructions(env: &ServerEnv) -> Result<ServerInstructions> {
         bail!("callgrind_control not found (apt-get install valgrind)");
     }
     let mut per_session: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    let mut sampled_over_off = BTreeMap::new();
     for composition in COMPOSITIONS {
+        let mut off = None;
         for tool in TOOLS {
-            let ir = one_run(env, composition, tool)
+            let (ir, functions) = one_run(env, composition, tool)
                 .with_context(|| format!("{composition}: {}", tool.key()))?;
+            match tool {
+                ServerTool::CooperativeOff => off = Some((ir, functions)),
+                ServerTool::CooperativeSampled => {
+                    if let Some((off_ir, off_functions)) = &off {
+                        sampled_over_off.insert(
+                            composition.to_owned(),
+                            parts_over(ir - off_ir, &functions, off_functions),
+                        );
+                    }
+                }
+                _ => {}
+            }
             eprintln!(
                 "instructions: {composition}: {}: {ir:.0} per session",
                 tool.key()
@@ -71,12 +85,124 @@ pub(super) fn instructions(env: &ServerEnv) -> Result<ServerInstructions> {
         sessions: SESSIONS,
         per_session,
         vs_unprobed,
+        sampled_over_off,
     })
 }
 
-/// Instructions per session of `tool` serving `composition`: counters zeroed
-/// after a warm-up, dumped after [`SESSIONS`] sessions.
-fn one_run(env: &ServerEnv, composition: &str, tool: ServerTool) -> Result<f64> {
+/// The parts a recording's instructions are sorted into, by function name
+/// (file and function, as callgrind_annotate prints them); the first that
+/// matches takes the function. What none takes is "the rest".
+const PARTS: &[(&str, &[&str])] = &[
+    (
+        "the allocator's calls (mode, countdown, pointer test)",
+        &[
+            "__rust_alloc",
+            "__rust_dealloc",
+            "__rust_realloc",
+            "leakscope_inproc::alloc::",
+            "leakscope_inproc::sampled::",
+        ],
+    ),
+    (
+        "tracing (the spans and events the preset follows)",
+        &[
+            "tracing_subscriber",
+            "tracing_core",
+            "sharded_slab",
+            "tracing::",
+        ],
+    ),
+    ("the session layer and the recorder", &["leakscope_inproc"]),
+    (
+        "the writer (encoding, compressing)",
+        &["leakscope_recording", "postcard", "zstd"],
+    ),
+    (
+        "libc's malloc and copies (the recorder's own memory)",
+        &["malloc.c", "arena.c", "memmove", "memcpy", "memset"],
+    ),
+];
+
+/// `extra` instructions per session (sampled over off) by part: each
+/// function's self cost in `sampled` less its cost in `off`, per session.
+fn parts_over(
+    extra: f64,
+    sampled: &BTreeMap<String, f64>,
+    off: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    let mut parts: BTreeMap<String, f64> = BTreeMap::new();
+    for (function, cost) in sampled {
+        let Some((part, _)) = PARTS
+            .iter()
+            .find(|(_, names)| names.iter().any(|n| function.contains(n)))
+        else {
+            continue;
+        };
+        let over = cost - off.get(function).copied().unwrap_or(0.0);
+        *parts.entry((*part).to_owned()).or_default() += over;
+    }
+    for (function, cost) in off {
+        if !sampled.contains_key(function)
+            && let Some((part, _)) = PARTS
+                .iter()
+                .find(|(_, names)| names.iter().any(|n| function.contains(n)))
+        {
+            *parts.entry((*part).to_owned()).or_default() -= cost;
+        }
+    }
+    let sorted: f64 = parts.values().sum();
+    parts.insert("the rest".to_owned(), extra - sorted);
+    parts
+}
+
+/// Each function's self cost per session in a dump (callgrind_annotate's
+/// exclusive listing; functions the tool lists as a recursion's cycle, whose
+/// "self" is most of the program, are left out).
+fn functions_of(dump: &Path, sessions: u64) -> Result<BTreeMap<String, f64>> {
+    let output = Command::new("callgrind_annotate")
+        .args(["--inclusive=no", "--auto=no", "--threshold=100"])
+        .arg(dump)
+        .output()
+        .context("callgrind_annotate")?;
+    Ok(parse_functions(
+        &String::from_utf8_lossy(&output.stdout),
+        sessions,
+    ))
+}
+
+fn parse_functions(text: &str, sessions: u64) -> BTreeMap<String, f64> {
+    let mut functions = BTreeMap::new();
+    for line in text.lines() {
+        // `  1,234 ( 0.12%)  file:function [object]`
+        let line = line.trim_start();
+        let Some((count, rest)) = line.split_once(" (") else {
+            continue;
+        };
+        let Ok(count) = count.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        let Some((percent, name)) = rest.split_once("%)") else {
+            continue;
+        };
+        let percent: f64 = percent.trim().parse().unwrap_or(100.0);
+        let name = name.trim();
+        let name = name.rsplit_once(" [").map_or(name, |(n, _)| n);
+        if percent >= 50.0 || name == "PROGRAM TOTALS" {
+            continue;
+        }
+        *functions.entry(name.to_owned()).or_insert(0.0) += count as f64 / sessions as f64;
+    }
+    functions
+}
+
+/// Instructions per session of `tool` serving `composition`, and each
+/// function's share: counters zeroed after a warm-up, dumped after
+/// [`SESSIONS`] sessions.
+fn one_run(
+    env: &ServerEnv,
+    composition: &str,
+    tool: ServerTool,
+) -> Result<(f64, BTreeMap<String, f64>)> {
     let dir = env.scratch.join("callgrind");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -113,7 +239,8 @@ fn one_run(env: &ServerEnv, composition: &str, tool: ServerTool) -> Result<f64> 
     }
     server.finish()?;
     let total = dumped_total(&dir)?;
-    Ok(total as f64 / created.max(1) as f64)
+    let functions = functions_of(&dir.join("callgrind.out.1"), created.max(1))?;
+    Ok((total as f64 / created.max(1) as f64, functions))
 }
 
 /// `count` sessions, 4 at a time (the server runs ~50x slower under
@@ -160,4 +287,42 @@ fn dumped_total(dir: &Path) -> Result<u64> {
         })
         .and_then(|n| n.trim().parse().ok())
         .with_context(|| format!("no totals in {}", dump.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sampled_runs_extra_instructions_are_sorted_into_parts() {
+        let off = parse_functions(
+            "135,590,605 (100.0%)  PROGRAM TOTALS\n\
+             135,502,754 (99.94%)  clone.S:clone [/usr/lib/libc.so.6]\n\
+             1,000 ( 0.01%)  /work/inproc/src/alloc.rs:__rustc::__rust_alloc [/srv]\n\
+             3,000 ( 0.02%)  ./malloc/./malloc/malloc.c:_int_malloc [/usr/lib/libc.so.6]\n",
+            10,
+        );
+        let sampled = parse_functions(
+            "1,500 ( 0.01%)  /work/inproc/src/alloc.rs:__rustc::__rust_alloc [/srv]\n\
+             3,500 ( 0.02%)  ./malloc/./malloc/malloc.c:_int_malloc [/usr/lib/libc.so.6]\n\
+             2,000 ( 0.02%)  tracing-core/src/dispatcher.rs:tracing_core::dispatcher::get_default [/srv]\n",
+            10,
+        );
+        assert_eq!(
+            off.len(),
+            2,
+            "totals and a cycle's line are left out: {off:?}"
+        );
+        let parts = parts_over(400.0, &sampled, &off);
+        let part = |prefix: &str| {
+            parts
+                .iter()
+                .find(|(k, _)| k.starts_with(prefix))
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(part("the allocator"), Some(50.0));
+        assert_eq!(part("libc"), Some(50.0));
+        assert_eq!(part("tracing"), Some(200.0));
+        assert_eq!(part("the rest"), Some(100.0));
+    }
 }

@@ -323,6 +323,22 @@ pub(super) fn instructions_section(md: &mut String, i: &Outcome<ServerInstructio
         }
     }
     let _ = writeln!(md);
+    for (composition, parts) in &i.sampled_over_off {
+        let total: f64 = parts.values().sum();
+        let _ = writeln!(
+            md,
+            "Where `{composition}`'s sampled recording spends its {:.1}k instructions a session \
+             over the build switched off (each function's self cost, the two runs' difference, \
+             sorted into parts by name):\n\n| part | instructions per session |\n| --- | ---: |",
+            total / 1000.0
+        );
+        let mut sorted: Vec<_> = parts.iter().collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(a.1));
+        for (part, ir) in sorted {
+            let _ = writeln!(md, "| {part} | {:.1}k |", ir / 1000.0);
+        }
+        let _ = writeln!(md);
+    }
 }
 
 /// Where the probe's time goes on the server (see `server::server_programs`).

@@ -102,6 +102,11 @@ pub(crate) struct ServerInstructions {
     /// Per composition, per tool key but `unprobed`: its instructions over
     /// the unprobed server's.
     pub vs_unprobed: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Per composition, where the sampled recording's instructions over the
+    /// cooperative build switched off go: instructions per session by part
+    /// (callgrind's self cost of each function, sorted into parts by name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sampled_over_off: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// A ratio measured once per round.
