@@ -47,7 +47,10 @@ static UNWIND: Array<u32> = Array::with_max_entries(1, 0);
 
 /// Rows found, by pc, per CPU (see `Source::remembered`): a walk that
 /// finds a frame's row here skips both searches. Direct-mapped: a pc has
-/// one slot, and the last row found for a pc there stays.
+/// one slot, and the last row found for a pc there stays. An entry is two
+/// words written and read one at a time, and a walk can be preempted
+/// between them by another on its CPU: each entry checks itself (see
+/// [`CachedRow::check`]), so a torn one is a miss, never another pc's row.
 #[map]
 static ROW_CACHE: aya_ebpf::maps::PerCpuArray<CachedRow> =
     aya_ebpf::maps::PerCpuArray::with_max_entries(ROW_CACHE_SLOTS, 0);
@@ -57,8 +60,23 @@ const ROW_CACHE_SLOTS: u32 = 4096;
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct CachedRow {
-    pc: u64,
+    /// [`CachedRow::check`] of the pc and the row: a word of one entry
+    /// beside a word of another does not match (the CI once found a row
+    /// with CFA = rsp + 8 under a return address of an rbp-based function,
+    /// and the walk read the slot the uretprobe trampoline had taken).
+    check: u64,
     row: UnwindRow,
+}
+
+impl CachedRow {
+    #[inline(always)]
+    fn check(pc: u64, row: &UnwindRow) -> u64 {
+        let bits = row.pc as u64
+            | (row.cfa_off as u64) << 32
+            | (row.kind as u64) << 48
+            | (row.rbp as u8 as u64) << 56;
+        pc ^ bits.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
 }
 
 /// A pc's slot in [`ROW_CACHE`]: its bits above the lowest few, mixed
@@ -475,20 +493,30 @@ impl Source for Reader<'_> {
 
     #[inline(always)]
     fn remembered(&mut self, pc: u64) -> Option<UnwindRow> {
-        let entry = ROW_CACHE.get(cache_slot(pc))?;
-        (entry.pc == pc).then_some(entry.row)
+        let entry = ROW_CACHE.get_ptr(cache_slot(pc))?;
+        // SAFETY: this CPU's slot; each word is read once, and whatever
+        // another walk wrote meanwhile fails the check.
+        let (row, check) = unsafe {
+            (
+                core::ptr::read_volatile(core::ptr::addr_of!((*entry).row)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*entry).check)),
+            )
+        };
+        (check == CachedRow::check(pc, &row)).then_some(row)
     }
 
     #[inline(always)]
     fn remember(&mut self, pc: u64, row: UnwindRow) {
         if let Some(entry) = ROW_CACHE.get_ptr_mut(cache_slot(pc)) {
             // SAFETY: this CPU's slot. A walk preempted between these two
-            // writes by another walk that fills the same slot leaves a row
-            // under another pc; the count of walks sends its stack to
-            // bpf_get_stack, but a later walk may find it: a frame or two
-            // wrong, once in a great while, for a whole walk's time saved
-            // at every frame found here.
-            unsafe { *entry = CachedRow { pc, row } };
+            // writes by another that fills the same slot leaves an entry
+            // that fails its check: a miss.
+            unsafe {
+                *entry = CachedRow {
+                    check: CachedRow::check(pc, &row),
+                    row,
+                }
+            };
         }
     }
 
