@@ -32,6 +32,19 @@ impl Tables {
         self.mappings.sort_by_key(|m| m.start);
     }
 
+    /// What a recording's header says of a walk by these tables.
+    pub fn stack_walk(&self) -> leakscope_recording::StackWalk {
+        leakscope_recording::StackWalk::EhFrame {
+            mappings: self.mappings.len() as u32,
+            rows: self.rows.len() as u64,
+            without_table: self
+                .missing
+                .iter()
+                .map(|(file, why)| format!("{file} ({why})"))
+                .collect(),
+        }
+    }
+
     /// The mapping `pc` is in (the mappings sorted).
     pub fn mapping(&self, pc: u64) -> Option<ExecMapping> {
         let after = self.mappings.partition_point(|m| m.start <= pc);

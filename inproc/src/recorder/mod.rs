@@ -127,19 +127,13 @@ impl Recorder {
         let mut stack_walk = StackWalk::FramePointers;
         if frame_pointers == FramePointers::Omitted {
             match own::quietly(super::stack::unwind_instead) {
-                Unwinding::Tables {
-                    mappings,
-                    rows,
-                    without_table,
-                } => {
-                    notes.push(format!(
-                        "stacks: unwound by the .eh_frame tables of {mappings} mappings ({rows} rows; the executable was built without frame pointers)"
-                    ));
-                    stack_walk = StackWalk::EhFrame {
-                        mappings,
-                        rows,
-                        without_table,
-                    };
+                Unwinding::Tables(walk) => {
+                    if let StackWalk::EhFrame { mappings, rows, .. } = &walk {
+                        notes.push(format!(
+                            "stacks: unwound by the .eh_frame tables of {mappings} mappings ({rows} rows; the executable was built without frame pointers)"
+                        ));
+                    }
+                    stack_walk = walk;
                 }
                 Unwinding::UnwindBacktrace => notes.push(
                     "stacks: unwound with _Unwind_Backtrace (the executable was built without frame pointers, and no loaded object has a table the walk reads)"

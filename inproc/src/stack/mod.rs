@@ -21,13 +21,9 @@ const WALK_UNWIND_BACKTRACE: u8 = 2;
 /// How a build without frame pointers has its stacks walked.
 #[derive(Debug)]
 pub enum Unwinding {
-    /// By the tables: `mappings` executable mappings, `rows` rows, and the
-    /// objects with code but no table (their frames end a stack).
-    Tables {
-        mappings: u32,
-        rows: u64,
-        without_table: Vec<String>,
-    },
+    /// By the tables, as the recording's header says it (how many
+    /// mappings and rows, the objects with code but no table).
+    Tables(leakscope_recording::StackWalk),
     /// With `_Unwind_Backtrace`: no object had a table the walk could use.
     UnwindBacktrace,
 }
@@ -43,15 +39,7 @@ pub fn unwind_instead() -> Unwinding {
         return Unwinding::UnwindBacktrace;
     }
     WALK.store(WALK_TABLES, Ordering::Relaxed);
-    Unwinding::Tables {
-        mappings: tables.mappings.len() as u32,
-        rows: tables.rows.len() as u64,
-        without_table: tables
-            .missing
-            .iter()
-            .map(|(name, why)| format!("{name}: {why}"))
-            .collect(),
-    }
+    Unwinding::Tables(tables.stack_walk())
 }
 
 /// Walk with `_Unwind_Backtrace` from now on: for the benchmark that puts

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use leakscope_probe_ebpf::{MAX_STACK_DEPTH, program};
-use leakscope_recording::frame_pointers::{FramePointers, StackWalk};
+use leakscope_recording::frame_pointers::FramePointers;
 use leakscope_recording::target::Target;
 use leakscope_recording::{Header, Producer, Settings};
 
@@ -61,15 +61,7 @@ pub(super) fn prepare(
     }
     let unwind = by_tables.then(|| {
         let tables = crate::unwind::process::of(&target);
-        header.stack_walk = StackWalk::EhFrame {
-            mappings: tables.mappings.len() as u32,
-            rows: tables.rows.len() as u64,
-            without_table: tables
-                .missing
-                .iter()
-                .map(|(file, why)| format!("{file} ({why})"))
-                .collect(),
-        };
+        header.stack_walk = tables.stack_walk();
         for (file, why) in &tables.missing {
             on_event(AttachEvent::Warning(format!(
                 "{file} has no unwind table ({why}): stacks through its code stop there"
