@@ -37,7 +37,8 @@ struct Input {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Alloc { dt: u16, tid: u8, addr: u16, size: u32, stack: Option<u8> },
+    /// `whole`: a `WholeAlloc` (a block a sampled recording records whole).
+    Alloc { dt: u16, tid: u8, addr: u16, size: u32, stack: Option<u8>, whole: bool },
     Free { dt: u16, tid: u8, addr: u16 },
     Realloc { dt: u16, tid: u8, old: u16, new: u16, size: u32, stack: Option<u8>, entered: u16 },
     Scope { dt: u16, tid: u8, kind: u8, exit: bool, arg: u16 },
@@ -121,7 +122,14 @@ fn build(input: &Input) -> Vec<u8> {
     let stack = |s: Option<u8>| s.map(u32::from);
     for op in input.records.iter().take(4096) {
         let record = match op {
-            Op::Alloc { dt, tid, addr: a, size, stack: s } => Record::Alloc {
+            Op::Alloc { dt, tid, addr: a, size, stack: s, whole: false } => Record::Alloc {
+                ts: at(*dt),
+                tid: u32::from(*tid),
+                addr: addr(*a),
+                size: u64::from(*size),
+                stack: stack(*s),
+            },
+            Op::Alloc { dt, tid, addr: a, size, stack: s, whole: true } => Record::WholeAlloc {
                 ts: at(*dt),
                 tid: u32::from(*tid),
                 addr: addr(*a),

@@ -8,6 +8,7 @@ use super::recorder::{
     RawKind, now_ns, own, record_memory, record_realloc, record_sampled_full, sampler,
 };
 use super::sampled;
+use leakscope_recording::WHOLE_ALIGN;
 
 /// leakscope's global allocator over `A`: records each call while a
 /// [`Recorder`](super::Recorder) runs, and otherwise costs one relaxed load
@@ -130,6 +131,10 @@ impl<A: GlobalAlloc> Alloc<A> {
             // SAFETY: forwarded contract.
             return unsafe { self.own_alloc(layout, zeroed) };
         }
+        if layout.align() >= WHOLE_ALIGN {
+            // SAFETY: forwarded contract.
+            return unsafe { self.alloc_whole(layout, zeroed) };
+        }
         if !sampler::sample(layout.size()) {
             // SAFETY: forwarded contract.
             return match self.own {
@@ -157,6 +162,25 @@ impl<A: GlobalAlloc> Alloc<A> {
                 self.inner.alloc(layout)
             }
         }
+    }
+
+    /// Makes and records a block a sampled recording records whole
+    /// (`Record::WholeAlloc`): one aligned to a cache-line pair or more,
+    /// tokio's task cells and channels, of which sessions and tasks are made.
+    /// Not over-aligned: its free is told by the layout's alignment, which
+    /// every free is given.
+    #[cold]
+    unsafe fn alloc_whole(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        if own::active() {
+            // SAFETY: forwarded contract.
+            return unsafe { self.own_alloc(layout, zeroed) };
+        }
+        // SAFETY: forwarded contract.
+        let (block, outermost) = own::run(|| unsafe { self.inner_alloc(layout, zeroed) });
+        if outermost && !block.is_null() {
+            record_memory(RawKind::WholeAlloc, block as u64, 0, layout.size() as u64);
+        }
+        block
     }
 
     /// Makes and records a sampled block: over-aligned, so its free is told
@@ -260,6 +284,25 @@ impl<A: GlobalAlloc> Alloc<A> {
         let on = mode == Mode::On;
         // Recording every call, with a block a sampled recording made before.
         let every = on && !sampler::sampling();
+        if on && !every && layout.align() >= WHOLE_ALIGN {
+            // Recorded whole, old and new: moved by hand, so that the old
+            // block's free is recorded before its address can be reused.
+            let new_layout =
+                // SAFETY: the caller's `new_size`, rounded up to `align`, does
+                // not overflow (GlobalAlloc::realloc's contract).
+                unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+            // SAFETY: forwarded contract; `new_size` is non-zero.
+            let new = unsafe { self.alloc_whole(new_layout, false) };
+            if !new.is_null() {
+                // SAFETY: both blocks are valid for the smaller size, and
+                // distinct (the old one is still allocated).
+                unsafe { std::ptr::copy_nonoverlapping(block, new, layout.size().min(new_size)) };
+                record_memory(RawKind::Free, block as u64, 0, 0);
+                // SAFETY: `block` was made by this allocator with `layout`.
+                own::run(|| unsafe { self.dealloc_as_made(block, layout, false) });
+            }
+            return new;
+        }
         let old_sampled = sampled::may_be(block) && sampled::contains(block);
         let new_sampled = on && !every && sampler::sample(new_size);
         if !old_sampled && !new_sampled {
@@ -304,7 +347,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let mode = mode();
-        if matches!(mode, Mode::Off | Mode::Lingering) || self.unsampled(mode, layout.size()) {
+        if matches!(mode, Mode::Off | Mode::Lingering)
+            || self.unsampled(mode, layout, layout.size())
+        {
             // SAFETY: forwarded contract.
             return unsafe { self.inner.alloc(layout) };
         }
@@ -315,7 +360,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let mode = mode();
-        if matches!(mode, Mode::Off | Mode::Lingering) || self.unsampled(mode, layout.size()) {
+        if matches!(mode, Mode::Off | Mode::Lingering)
+            || self.unsampled(mode, layout, layout.size())
+        {
             // SAFETY: forwarded contract.
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
@@ -323,7 +370,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         unsafe { self.alloc_zeroed_other(layout, mode) }
     }
 
-    /// No recorder, or a sampled one and a block that cannot be sampled.
+    /// No recorder, or a sampled one and a block that cannot be sampled
+    /// (nor one it records whole).
     #[inline]
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
         let mode = mode();
@@ -331,6 +379,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             || (mode == Mode::On
                 && self.own == Own::Inner
                 && !sampled::may_be(block)
+                && layout.align() < WHOLE_ALIGN
                 && sampler::sampling())
         {
             // SAFETY: forwarded contract.
@@ -343,7 +392,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let mode = mode();
-        if mode == Mode::Off || (!sampled::may_be(block) && self.unsampled(mode, new_size)) {
+        if mode == Mode::Off || (!sampled::may_be(block) && self.unsampled(mode, layout, new_size))
+        {
             // SAFETY: forwarded contract.
             return unsafe { self.inner.realloc(block, layout, new_size) };
         }
@@ -353,13 +403,17 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
 }
 
 impl<A: GlobalAlloc> Alloc<A> {
-    /// Whether a call of `size` bytes goes to the inner allocator unrecorded
-    /// for certain: a sampled recording runs, this thread's countdown is
-    /// its own and does not reach zero in the block (then the countdown is
-    /// taken). Over dhat, never: its own memory is told apart first.
+    /// Whether a call of `size` bytes (a block of `layout`'s alignment) goes
+    /// to the inner allocator unrecorded for certain: a sampled recording
+    /// runs, the block is not one it records whole, and this thread's
+    /// countdown is its own and does not reach zero in the block (then the
+    /// countdown is taken). Over dhat, never: its own memory is told apart first.
     #[inline]
-    fn unsampled(&self, mode: Mode, size: usize) -> bool {
-        mode == Mode::On && self.own == Own::Inner && sampler::counted_down(size)
+    fn unsampled(&self, mode: Mode, layout: Layout, size: usize) -> bool {
+        mode == Mode::On
+            && self.own == Own::Inner
+            && layout.align() < WHOLE_ALIGN
+            && sampler::counted_down(size)
     }
 }
 
@@ -406,6 +460,15 @@ impl<A: GlobalAlloc> Alloc<A> {
                 self.dealloc_as_made(block, layout, true);
             },
             Mode::On if sampler::sampling() => {
+                if layout.align() >= WHOLE_ALIGN {
+                    // A block recorded whole (or made before the recording,
+                    // whose free the analyzer passes over): recorded before
+                    // it goes back, so its address cannot be reused first.
+                    record_memory(RawKind::Free, block as u64, 0, 0);
+                    // SAFETY: forwarded contract.
+                    own::run(|| unsafe { self.dealloc_as_made(block, layout, false) });
+                    return;
+                }
                 if sampled::may_be(block) {
                     // SAFETY: forwarded contract.
                     unsafe { self.dealloc_maybe_sampled(block, layout) };

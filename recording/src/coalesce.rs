@@ -94,6 +94,7 @@ fn closes(record: &Record, class: Class, arg: u64) -> bool {
 fn tid_of(record: &Record) -> Option<u32> {
     match *record {
         Record::Alloc { tid, .. }
+        | Record::WholeAlloc { tid, .. }
         | Record::Free { tid, .. }
         | Record::Realloc { tid, .. }
         | Record::Scope { tid, .. }
@@ -237,7 +238,7 @@ impl Coalescer {
     /// task's end, and a new task may reuse the address.
     fn births_and_ends(&mut self, record: &Record) {
         match *record {
-            Record::Alloc { addr, .. } => {
+            Record::Alloc { addr, .. } | Record::WholeAlloc { addr, .. } => {
                 if self.born.len() >= OBJECTS * 4 {
                     // Frees were lost; start afresh rather than grow.
                     self.born.clear();

@@ -245,7 +245,29 @@ pub enum Record {
         event: TaskEvent,
         stack: Option<StackId>,
     },
+    /// An allocation a sampled recording recorded whole, whatever its
+    /// countdown said: it stands for itself alone (one block, its own bytes),
+    /// and its free is recorded like a sampled block's. The in-process mode
+    /// records every block aligned to [`WHOLE_ALIGN`] or more this way:
+    /// tokio aligns its task cells and its channels to a cache-line pair, and
+    /// those are what sessions and tasks are made of (a session's map entry
+    /// is its handle's channel), so their counts and states stay exact while
+    /// everything else is sampled. A recording of every call never holds one.
+    WholeAlloc {
+        ts: u64,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        stack: Option<StackId>,
+    },
 }
+
+/// The alignment from which a sampled in-process recording records a block
+/// whole ([`Record::WholeAlloc`]): tokio's `CachePadded` and task `Cell` are
+/// `repr(align(128))` on x86_64 and aarch64. ~4% of a session's allocations
+/// on rmcp's stock service (6 task cells and 8 channels of ~370 calls), and
+/// ~22% of its bytes.
+pub const WHOLE_ALIGN: usize = 128;
 
 /// The one list of which records carry a time: `ts` and `ts_mut` are this
 /// match, borrowing immutably or mutably.
@@ -253,6 +275,7 @@ macro_rules! time_of {
     ($record:expr) => {
         match $record {
             Record::Alloc { ts, .. }
+            | Record::WholeAlloc { ts, .. }
             | Record::Free { ts, .. }
             | Record::Realloc { ts, .. }
             | Record::Scope { ts, .. }
@@ -282,6 +305,7 @@ impl Record {
     pub fn stack_mut(&mut self) -> Option<&mut Option<StackId>> {
         match self {
             Record::Alloc { stack, .. }
+            | Record::WholeAlloc { stack, .. }
             | Record::Realloc { stack, .. }
             | Record::Task { stack, .. } => Some(stack),
             _ => None,

@@ -41,6 +41,7 @@ mod writer;
 pub use demangle::demangle;
 pub use event::{
     EndReason, LostReason, Mapping, Phase, Record, ScopeKind, SessionFact, StackId, TaskEvent,
+    WHOLE_ALIGN,
 };
 pub use frame_pointers::{FramePointers, StackWalk};
 pub use header::{
@@ -83,7 +84,11 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 11: [`Header::stack_walk`]: how the producer walked stacks (the probe
 ///   walks a build without frame pointers by tables from `.eh_frame`).
 ///   Version 10 reads as walked by frame pointer.
-pub const FORMAT_VERSION: u32 = 11;
+/// * 12: `Record::WholeAlloc` (appended): in a sampled recording, an
+///   allocation recorded whatever the countdown said (the in-process mode's
+///   cache-line-aligned blocks: tokio's task cells and channels). Version 11
+///   reads as is.
+pub const FORMAT_VERSION: u32 = 12;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

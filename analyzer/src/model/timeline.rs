@@ -68,6 +68,10 @@ pub struct Timeline {
     pub start_ns: u64,
     pub end_ns: u64,
     pub allocs: u64,
+    /// Of them, recorded whole in a sampled recording (`Record::WholeAlloc`):
+    /// none in a sampled in-process recording of a format before 12, whose
+    /// sessions' map entries were sampled like anything else.
+    pub whole_allocs: u64,
     pub frees: u64,
     pub lost: u64,
     pub lost_by_reason: Vec<(LostReason, u64)>,

@@ -36,6 +36,19 @@ pub struct Builder {
     trace_origin_ns: Option<u64>,
     /// How the recording chose its allocations: what each one stands for.
     sampling: Sampling,
+    /// `Record::WholeAlloc`s seen.
+    whole_allocs: u64,
+}
+
+/// How a block came to be, as its record says.
+#[derive(Clone, Copy)]
+enum Made {
+    /// An allocation (in a sampled recording, a sample).
+    Allocated,
+    /// An allocation a sampled recording recorded whole: it stands for itself.
+    Whole,
+    /// A realloc's new block, which stays the session the old one was of.
+    Resized(Option<crate::stages::objects::sessions::SessionKey>),
 }
 
 impl Builder {
@@ -71,6 +84,7 @@ impl Builder {
             allocated: Allocated::default(),
             trace_origin_ns: None,
             sampling: Sampling::Every,
+            whole_allocs: 0,
         }
     }
 
@@ -108,7 +122,18 @@ impl Builder {
                 stack,
             } => {
                 self.clock(ts);
-                self.alloc_inheriting(ts, tid, addr, size, stack, None);
+                self.alloc_made(ts, tid, addr, size, stack, Made::Allocated);
+            }
+            Record::WholeAlloc {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+            } => {
+                self.clock(ts);
+                self.whole_allocs += 1;
+                self.alloc_made(ts, tid, addr, size, stack, Made::Whole);
             }
             Record::Realloc {
                 ts,
@@ -134,7 +159,7 @@ impl Builder {
                 };
                 // A resized block stays its session's, wherever it is resized.
                 let inherited = resized.and_then(|b| b.session);
-                self.alloc_inheriting(ts, tid, new, size, stack, inherited);
+                self.alloc_made(ts, tid, new, size, stack, Made::Resized(inherited));
             }
             Record::Free { ts, addr, .. } => {
                 self.clock(ts);
@@ -251,15 +276,20 @@ impl Builder {
         }
     }
 
-    fn alloc_inheriting(
+    fn alloc_made(
         &mut self,
         ts: u64,
         tid: u32,
         addr: u64,
         size: u64,
         stack: Option<leakscope_recording::StackId>,
-        inherited: Option<crate::stages::objects::sessions::SessionKey>,
+        made: Made,
     ) {
+        let (inherited, whole) = match made {
+            Made::Allocated => (None, false),
+            Made::Whole => (None, true),
+            Made::Resized(inherited) => (inherited, false),
+        };
         if addr == 0 {
             return;
         }
@@ -286,8 +316,9 @@ impl Builder {
             .or(inherited);
         // Each sample weighted by itself: summing sizes first and unbiasing
         // the sum after is wrong for a site whose blocks differ in size.
-        let weight = if self.sampling.is_sampled() && self.sessions.in_birth_scope(tid) {
-            // Recorded whole: a session's birth is never sampled.
+        let weight = if whole || (self.sampling.is_sampled() && self.sessions.in_birth_scope(tid)) {
+            // Recorded whole: a session's birth (eBPF) and a cache-line-aligned
+            // block (in-process: tokio's task cells and channels) are never sampled.
             leakscope_recording::sampling::Sampling::Every.weight(size)
         } else {
             self.sampling.weight(size)
@@ -438,6 +469,7 @@ impl Builder {
             start_ns,
             end_ns,
             allocs: totals.allocs,
+            whole_allocs: self.whole_allocs,
             frees: totals.frees,
             lost: lost_by_reason
                 .iter()

@@ -21,6 +21,8 @@ const STALL: Duration = Duration::from_millis(100);
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RawKind {
     Alloc,
+    /// An allocation a sampled recording records whole (`Record::WholeAlloc`).
+    WholeAlloc,
     Free,
     Realloc,
     /// A session span was entered / exited; `addr` is its key.

@@ -136,6 +136,13 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut Writer) -> std::io::Res
             size: raw.size,
             stack: writer.stack(frames)?,
         },
+        RawKind::WholeAlloc => Record::WholeAlloc {
+            ts,
+            tid,
+            addr: raw.addr,
+            size: raw.size,
+            stack: writer.stack(frames)?,
+        },
         RawKind::Realloc => Record::Realloc {
             ts,
             tid,

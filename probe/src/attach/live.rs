@@ -184,6 +184,18 @@ impl LiveBytes {
         } else {
             size
         };
+        self.insert(stats, addr, size, stack);
+    }
+
+    /// A block a sampled recording recorded whole (`Record::WholeAlloc`): it
+    /// stands for its own bytes only.
+    pub fn alloc_whole(&mut self, stats: &mut Stats, addr: u64, size: u64, stack: Option<StackId>) {
+        if addr != 0 {
+            self.insert(stats, addr, size, stack);
+        }
+    }
+
+    fn insert(&mut self, stats: &mut Stats, addr: u64, size: u64, stack: Option<StackId>) {
         let site = stack
             .and_then(|s| self.site_of_stack.get(s as usize).copied())
             .unwrap_or(NO_SITE);

@@ -154,6 +154,9 @@ impl Output {
                 Record::Alloc {
                     stack: Some(id), ..
                 }
+                | Record::WholeAlloc {
+                    stack: Some(id), ..
+                }
                 | Record::Realloc {
                     stack: Some(id), ..
                 }

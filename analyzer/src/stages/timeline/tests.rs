@@ -175,6 +175,45 @@ fn a_reused_address_is_not_freed_by_a_late_realloc() {
     );
 }
 
+/// In a sampled recording, a block recorded whole stands for itself (one
+/// block, its bytes), and a sampled one for what its sampling weight says:
+/// 512 B sampled at a 512 KiB mean stands for ~1024 blocks.
+#[test]
+fn a_block_recorded_whole_stands_for_itself_in_a_sampled_recording() {
+    let sampling = leakscope_recording::sampling::Sampling::every_bytes(512 * 1024);
+    let mut builder = Builder::new(Rules::builtin(), GRACE, 1_000_000_000).sampling(sampling);
+    for i in 0..10 {
+        builder.push(Record::WholeAlloc {
+            ts: 10 + i,
+            tid: 1,
+            addr: 0x1000 * (i + 1),
+            size: 512,
+            stack: None,
+        });
+    }
+    // One whole block freed: its free is recorded like a sampled block's.
+    builder.push(Record::Free {
+        ts: 30,
+        tid: 1,
+        addr: 0x1000,
+    });
+    builder.push(alloc(40, 1, 0x100_000, 512));
+    builder.push(Record::End {
+        ts: 50,
+        reason: EndReason::Finished,
+    });
+    let mut header = header();
+    header.sampling = sampling;
+    let timeline = builder.finish(header, Tail::Clean);
+    let sampled = sampling.weight(512).bytes.round() as u64;
+    assert!(sampled > 500_000, "{sampled}");
+    assert_eq!(timeline.whole_allocs, 10);
+    assert_eq!(
+        timeline.categories[Category::Other].live_at_end,
+        9 * 512 + sampled
+    );
+}
+
 #[test]
 fn leaky_recording_retains_the_session_channel_per_session() {
     let timeline = analyze(

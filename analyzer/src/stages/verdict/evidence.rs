@@ -29,9 +29,10 @@ pub struct Evidence<'a> {
     pub missing_signals: &'a [String],
     /// The rmcp release the target was built with, when known.
     pub rmcp_version: Option<&'a str>,
-    /// A sampled in-process recording: session births are sampled like any
-    /// allocation (the eBPF probe records them whole), so a session's map
-    /// entry is seen only when sampled and its state mostly not observed.
+    /// A sampled in-process recording made before leakscope recorded
+    /// cache-line-aligned blocks whole (format 11 and older): session births
+    /// were sampled like any allocation, so a session's map entry was seen
+    /// only when sampled and its state mostly not observed.
     pub births_sampled: bool,
 }
 
@@ -43,6 +44,11 @@ pub struct SessionFigures {
     pub worker_ended: u64,
     /// p50 of what a leaked session retains.
     pub retained_p50: u64,
+    /// The mean of what a leaked session retains: what a sampled recording
+    /// quotes, as each session's figure is a sum of a few weighted samples
+    /// (most sessions hold none but their blocks recorded whole, a few one
+    /// of ~T bytes), whose p50 is far below what a session keeps.
+    pub retained_mean: u64,
     /// p50 of a live session's idle time, and of what it holds.
     pub live_idle_p50_s: f64,
     pub live_bytes_p50: u64,
@@ -88,6 +94,12 @@ impl<'a> Evidence<'a> {
                     .filter(|s| s.worker_end_ns.is_some())
                     .count() as u64,
                 retained_p50: p50_of(SessionState::Leaked, |s| s.retained),
+                retained_mean: {
+                    let leaked = sessions.iter().filter(|s| s.state == SessionState::Leaked);
+                    let (n, sum) =
+                        leaked.fold((0u64, 0u64), |(n, sum), s| (n + 1, sum + s.retained));
+                    sum / n.max(1)
+                },
                 live_idle_p50_s: p50_of(SessionState::Live, |s| s.idle_ns) as f64 / 1e9,
                 live_bytes_p50: p50_of(SessionState::Live, |s| s.live_at_end),
                 uninitialized: sessions
@@ -101,7 +113,8 @@ impl<'a> Evidence<'a> {
             missing_signals: &timeline.missing_signals,
             rmcp_version: timeline.header.rmcp_version.as_deref(),
             births_sampled: timeline.header.sampling.is_sampled()
-                && timeline.header.producer == leakscope_recording::Producer::InProcess,
+                && timeline.header.producer == leakscope_recording::Producer::InProcess
+                && timeline.whole_allocs == 0,
         }
     }
 }

@@ -198,10 +198,17 @@ fn sessions_verdict(
         return (
             VerdictKind::Leak,
             format!(
-                "{} of {} sessions are still in the map after their worker ended (leaked); each retains {} (p50), {:.0}% of it {site}({}){caveat}.",
+                "{} of {} sessions are still in the map after their worker ended (leaked); each retains {}, {:.0}% of it {site}({}){caveat}.",
                 st.leaked,
                 s.count,
-                bytes(s.retained_p50),
+                if evidence.sampling.is_sampled() {
+                    format!(
+                        "~{} on average (estimated from samples)",
+                        bytes(s.retained_mean)
+                    )
+                } else {
+                    format!("{} (p50)", bytes(s.retained_p50))
+                },
                 s.top_category_share * 100.0,
                 s.top_category
             ),
@@ -209,7 +216,7 @@ fn sessions_verdict(
     }
     if st.unknown > 0 {
         let why = if evidence.births_sampled {
-            "a sampled in-process recording sees a session's map entry only when it is sampled: rmcp allocates it before the log line that names the session, so the cooperative allocator cannot record it whole; record every call (no --sample), or attach with eBPF as root, for every session's state".to_owned()
+            "this sampled in-process recording sees a session's map entry only when it is sampled (it is of format 11 or older: leakscope did not yet record tokio's channels whole); record again with this leakscope, every call (no --sample), or with eBPF as root, for every session's state".to_owned()
         } else if evidence.missing_signals.is_empty() {
             "their map entry's memory was not identified (no allocation matched the session-map rules)".to_owned()
         } else {

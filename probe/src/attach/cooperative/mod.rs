@@ -226,6 +226,12 @@ fn count(record: &Record, stats: &mut Stats, live: &mut LiveBytes) {
             stats.allocs += 1;
             live.alloc(stats, *addr, *size, *stack);
         }
+        Record::WholeAlloc {
+            addr, size, stack, ..
+        } => {
+            stats.allocs += 1;
+            live.alloc_whole(stats, *addr, *size, *stack);
+        }
         Record::Realloc {
             old,
             new,
