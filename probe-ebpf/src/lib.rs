@@ -28,6 +28,14 @@ pub mod program {
     pub const RUST_DEALLOC_ENTER: &str = "rust_dealloc_enter";
     pub const POSIX_MEMALIGN_ENTER: &str = "posix_memalign_enter";
     pub const ALIGNED_ALLOC_ENTER: &str = "aligned_alloc_enter";
+    /// `(size, align)`: mimalloc's `mi_malloc_aligned`, `mi_zalloc_aligned`.
+    pub const MALLOC_ALIGNED_ENTER: &str = "malloc_aligned_enter";
+    /// `(ptr, size, align)`: mimalloc's `mi_realloc_aligned`.
+    pub const REALLOC_ALIGNED_ENTER: &str = "realloc_aligned_enter";
+    /// `(size, flags)`: jemalloc's `mallocx` (the alignment in the flags).
+    pub const MALLOCX_ENTER: &str = "mallocx_enter";
+    /// `(ptr, size, flags)`: jemalloc's `rallocx`.
+    pub const RALLOCX_ENTER: &str = "rallocx_enter";
     pub const MALLOC_EXIT: &str = "malloc_exit";
     pub const REALLOC_EXIT: &str = "realloc_exit";
     pub const POSIX_MEMALIGN_EXIT: &str = "posix_memalign_exit";
@@ -38,7 +46,7 @@ pub mod program {
     pub const NOOP_EXIT: &str = "noop_exit";
 
     /// Every program of the object.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 20] = [
         MALLOC_ENTER,
         CALLOC_ENTER,
         REALLOC_ENTER,
@@ -47,6 +55,10 @@ pub mod program {
         RUST_DEALLOC_ENTER,
         POSIX_MEMALIGN_ENTER,
         ALIGNED_ALLOC_ENTER,
+        MALLOC_ALIGNED_ENTER,
+        REALLOC_ALIGNED_ENTER,
+        MALLOCX_ENTER,
+        RALLOCX_ENTER,
         MALLOC_EXIT,
         REALLOC_EXIT,
         POSIX_MEMALIGN_EXIT,
@@ -280,6 +292,19 @@ pub const ALLOC_FLAG_RUST: u32 = 1;
 /// recorded only because the block it resizes was sampled: the new block
 /// was not, so userspace records the old one's free alone.
 pub const ALLOC_FLAG_NEW_UNSAMPLED: u32 = 2;
+
+/// Set in [`AllocEnterRecord::flags`] in a sampled recording, on a call
+/// recorded whole whatever the countdown said: its block is aligned to
+/// [`WHOLE_ALIGN`] or more (the alignment argument of `__rust_alloc`,
+/// `__rust_realloc`, `posix_memalign`, `aligned_alloc` and `memalign`).
+/// Userspace writes it as `Record::WholeAlloc`.
+pub const ALLOC_FLAG_WHOLE: u32 = 4;
+
+/// The alignment from which a sampled recording records a block whole:
+/// `leakscope_recording::WHOLE_ALIGN` (tokio aligns its task cells and its
+/// channels to a cache-line pair, 128 bytes on x86_64), so that tasks are
+/// counted from their cells exactly while everything else is sampled.
+pub const WHOLE_ALIGN: u64 = 128;
 
 /// Slots of the `SPACINGS` array: spacings between sampling points, the
 /// quantiles of an exponential of the recording's mean, which userspace

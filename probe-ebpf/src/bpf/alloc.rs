@@ -68,12 +68,20 @@ fn entry_time(call: AllocCall) -> u64 {
     }
 }
 
-/// Sends an allocation call's entry: its arguments.
+/// Sends an allocation call's entry: its arguments (`align`: its alignment
+/// argument, 0 for calls with none).
 #[inline(always)]
-fn send_enter(ctx: &ProbeContext, call: AllocCall, flags: u32, size: u64, ptr_arg: u64) {
+fn send_enter(
+    ctx: &ProbeContext,
+    call: AllocCall,
+    flags: u32,
+    size: u64,
+    ptr_arg: u64,
+    align: u64,
+) {
     let stack_pointer = sp(ctx.regs);
     let flags = if sample::sampling() {
-        match sample::enter(call, size, stack_pointer, ptr_arg) {
+        match sample::enter(call, size, stack_pointer, ptr_arg, align) {
             Some(sampled) => flags | sampled,
             None => return,
         }
@@ -154,6 +162,7 @@ pub fn malloc_enter(ctx: ProbeContext) -> u32 {
         0,
         ctx.arg::<u64>(0).unwrap_or(0),
         0,
+        0,
     );
     0
 }
@@ -167,6 +176,7 @@ pub fn rust_alloc_enter(ctx: ProbeContext) -> u32 {
         ALLOC_FLAG_RUST,
         ctx.arg::<u64>(0).unwrap_or(0),
         0,
+        ctx.arg::<u64>(1).unwrap_or(0),
     );
     0
 }
@@ -175,7 +185,7 @@ pub fn rust_alloc_enter(ctx: ProbeContext) -> u32 {
 pub fn calloc_enter(ctx: ProbeContext) -> u32 {
     let count = ctx.arg::<u64>(0).unwrap_or(0);
     let each = ctx.arg::<u64>(1).unwrap_or(0);
-    send_enter(&ctx, AllocCall::Calloc, 0, count.wrapping_mul(each), 0);
+    send_enter(&ctx, AllocCall::Calloc, 0, count.wrapping_mul(each), 0, 0);
     0
 }
 
@@ -188,6 +198,7 @@ pub fn realloc_enter(ctx: ProbeContext) -> u32 {
         0,
         ctx.arg::<u64>(1).unwrap_or(0),
         old,
+        0,
     );
     0
 }
@@ -202,6 +213,7 @@ pub fn rust_realloc_enter(ctx: ProbeContext) -> u32 {
         ALLOC_FLAG_RUST,
         ctx.arg::<u64>(3).unwrap_or(0),
         old,
+        ctx.arg::<u64>(2).unwrap_or(0),
     );
     0
 }
@@ -225,6 +237,7 @@ pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
         0,
         ctx.arg::<u64>(2).unwrap_or(0),
         memptr,
+        ctx.arg::<u64>(1).unwrap_or(0),
     );
     0
 }
@@ -238,6 +251,71 @@ pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
         0,
         ctx.arg::<u64>(1).unwrap_or(0),
         0,
+        ctx.arg::<u64>(0).unwrap_or(0),
+    );
+    0
+}
+
+/// `mi_malloc_aligned(size, align)` and `mi_zalloc_aligned(size, align)`.
+#[uprobe]
+pub fn malloc_aligned_enter(ctx: ProbeContext) -> u32 {
+    send_enter(
+        &ctx,
+        AllocCall::Malloc,
+        0,
+        ctx.arg::<u64>(0).unwrap_or(0),
+        0,
+        ctx.arg::<u64>(1).unwrap_or(0),
+    );
+    0
+}
+
+/// `mi_realloc_aligned(ptr, size, align)`.
+#[uprobe]
+pub fn realloc_aligned_enter(ctx: ProbeContext) -> u32 {
+    send_enter(
+        &ctx,
+        AllocCall::Realloc,
+        0,
+        ctx.arg::<u64>(1).unwrap_or(0),
+        ctx.arg::<u64>(0).unwrap_or(0),
+        ctx.arg::<u64>(2).unwrap_or(0),
+    );
+    0
+}
+
+/// The alignment jemalloc's `*allocx` flags ask for (`MALLOCX_LG_ALIGN`, the
+/// low 6 bits: its log2), 0 for none.
+#[inline(always)]
+fn mallocx_align(flags: u64) -> u64 {
+    let lg = flags & 0x3f;
+    if lg == 0 { 0 } else { 1u64 << lg }
+}
+
+/// `mallocx(size, flags)`.
+#[uprobe]
+pub fn mallocx_enter(ctx: ProbeContext) -> u32 {
+    send_enter(
+        &ctx,
+        AllocCall::Malloc,
+        0,
+        ctx.arg::<u64>(0).unwrap_or(0),
+        0,
+        mallocx_align(ctx.arg::<u64>(1).unwrap_or(0)),
+    );
+    0
+}
+
+/// `rallocx(ptr, size, flags)`.
+#[uprobe]
+pub fn rallocx_enter(ctx: ProbeContext) -> u32 {
+    send_enter(
+        &ctx,
+        AllocCall::Realloc,
+        0,
+        ctx.arg::<u64>(1).unwrap_or(0),
+        ctx.arg::<u64>(0).unwrap_or(0),
+        mallocx_align(ctx.arg::<u64>(2).unwrap_or(0)),
     );
     0
 }

@@ -22,8 +22,8 @@ use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use leakscope_probe_ebpf::{
-    ALLOC_FLAG_NEW_UNSAMPLED, AllocCall, BIRTH_SCOPE_KINDS, LostReason, RETURN_SP_OFFSET,
-    SAMPLED_BLOCKS, SPACING_SLOTS,
+    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_WHOLE, AllocCall, BIRTH_SCOPE_KINDS, LostReason,
+    RETURN_SP_OFFSET, SAMPLED_BLOCKS, SPACING_SLOTS, WHOLE_ALIGN,
 };
 
 use super::records::count_lost;
@@ -79,9 +79,11 @@ pub(super) fn sampling() -> bool {
 
 /// At an allocator call's entry in a sampled recording: `None` when it is
 /// not recorded (nested in an open call of its thread, or not sampled),
-/// else the flags its entry record carries.
+/// else the flags its entry record carries. `align` is the call's alignment
+/// argument (0 for those with none): a block aligned to [`WHOLE_ALIGN`] or
+/// more is recorded whole ([`ALLOC_FLAG_WHOLE`]).
 #[inline(always)]
-pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64) -> Option<u32> {
+pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64, align: u64) -> Option<u32> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let slot = CALLS.get_ptr_mut(tid & (CALL_SLOTS - 1))?;
     // SAFETY: a valid slot of an array map.
@@ -94,12 +96,15 @@ pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64) -> Option<u32
     // Inside a session's birth window everything is recorded (see
     // `BIRTH_SCOPE_KINDS`): the countdown is not touched, so the sample
     // outside stays a sample.
-    let new_sampled = in_window(tid) || crossed(size);
+    let whole = align >= WHOLE_ALIGN;
+    let new_sampled = whole || in_window(tid) || crossed(size);
     let old_sampled = call == AllocCall::Realloc && old != 0 && {
         // SAFETY: a lookup in a hash map the programs own.
         unsafe { SAMPLED.get(&old) }.is_some()
     };
-    let flags = if new_sampled {
+    let flags = if whole {
+        Some(ALLOC_FLAG_WHOLE)
+    } else if new_sampled {
         Some(0)
     } else if old_sampled {
         Some(ALLOC_FLAG_NEW_UNSAMPLED)

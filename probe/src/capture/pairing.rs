@@ -5,8 +5,8 @@
 use std::io;
 
 use leakscope_probe_ebpf::{
-    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_RUST, AllocCall, AllocEnterRecord, AllocExitRecord,
-    FreeRecord, RETURN_SP_OFFSET,
+    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_RUST, ALLOC_FLAG_WHOLE, AllocCall, AllocEnterRecord,
+    AllocExitRecord, FreeRecord, RETURN_SP_OFFSET,
 };
 use leakscope_recording::{Record, monotonic_ns};
 
@@ -130,6 +130,35 @@ impl<W: io::Write> Capture<W> {
             });
         }
         let stack = self.stack_id(exit)?;
+        if enter.flags & ALLOC_FLAG_WHOLE != 0 {
+            // Recorded whole (a block aligned for a task cell or a channel):
+            // it stands for itself, and so does its free.
+            if addr == 0 {
+                return Ok(());
+            }
+            if call == Some(AllocCall::Realloc) && enter.ptr_arg != 0 {
+                self.live.free(&mut self.stats, enter.ptr_arg);
+                self.stats.frees += 1;
+                self.stats.events += 1;
+                // (Aligned blocks are seldom resized: the old one's free is
+                // written at the return, without realloc's entry-time check.)
+                self.writer.push(Record::Free {
+                    ts,
+                    tid,
+                    addr: enter.ptr_arg,
+                })?;
+            }
+            self.stats.allocs += 1;
+            self.live.alloc_whole(&mut self.stats, addr, size, stack);
+            self.stats.events += 1;
+            return self.writer.push(Record::WholeAlloc {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+            });
+        }
         let event = match call {
             Some(AllocCall::Realloc) => {
                 self.live.free(&mut self.stats, enter.ptr_arg);

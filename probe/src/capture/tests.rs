@@ -586,3 +586,61 @@ fn only_calls_with_a_return_probe_stand_for_trampolines() {
         vec![vec![0xa0, 0xa1, 0xc2, 0xa2], vec![0xa3, 0xa1, 0xc2, 0xa2]]
     );
 }
+
+/// A call the programs recorded whole (`ALLOC_FLAG_WHOLE`: a block aligned
+/// for a task cell or a channel) is written as `Record::WholeAlloc`, so the
+/// analyzer counts it for itself in a sampled recording; a whole realloc
+/// writes the old block's free and the new block. The programs and the
+/// in-process allocator draw the line at the same alignment.
+#[test]
+fn a_call_recorded_whole_is_written_whole() {
+    assert_eq!(
+        leakscope_probe_ebpf::WHOLE_ALIGN,
+        leakscope_recording::WHOLE_ALIGN as u64
+    );
+    let whole = leakscope_probe_ebpf::ALLOC_FLAG_WHOLE;
+    let mut c = capture();
+    enter_flagged(
+        &mut c,
+        7,
+        0x7000,
+        0x7000,
+        0,
+        whole,
+        AllocCall::Malloc,
+        512,
+        0,
+    );
+    exit(&mut c, 7, 0x7000, AllocCall::Malloc, 0xa000);
+    enter_flagged(
+        &mut c,
+        7,
+        0x7000,
+        0x8000,
+        0,
+        whole,
+        AllocCall::Realloc,
+        1024,
+        0xa000,
+    );
+    exit(&mut c, 7, 0x7000, AllocCall::Realloc, 0xb000);
+    enter(&mut c, 7, 0x7000, AllocCall::Malloc, 64, 0);
+    exit(&mut c, 7, 0x7000, AllocCall::Malloc, 0xc000);
+    let got: Vec<_> = written(c)
+        .filter_map(|r| match r {
+            Record::WholeAlloc { addr, size, .. } => Some(("whole", addr, size)),
+            Record::Alloc { addr, size, .. } => Some(("alloc", addr, size)),
+            Record::Free { addr, .. } => Some(("free", addr, 0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("whole", 0xa000, 512),
+            ("free", 0xa000, 0),
+            ("whole", 0xb000, 1024),
+            ("alloc", 0xc000, 64)
+        ]
+    );
+}

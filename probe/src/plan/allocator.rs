@@ -80,7 +80,11 @@ const ALLOCATOR_APIS: &[AllocatorApi] = &[
         marker: "_rjem_mallocx",
         hooks: &[
             (program::MALLOC_ENTER, program::MALLOC_EXIT, "_rjem_malloc"),
-            (program::MALLOC_ENTER, program::MALLOC_EXIT, "_rjem_mallocx"),
+            (
+                program::MALLOCX_ENTER,
+                program::MALLOC_EXIT,
+                "_rjem_mallocx",
+            ),
             (program::CALLOC_ENTER, program::MALLOC_EXIT, "_rjem_calloc"),
             (
                 program::REALLOC_ENTER,
@@ -88,7 +92,7 @@ const ALLOCATOR_APIS: &[AllocatorApi] = &[
                 "_rjem_realloc",
             ),
             (
-                program::REALLOC_ENTER,
+                program::RALLOCX_ENTER,
                 program::REALLOC_EXIT,
                 "_rjem_rallocx",
             ),
@@ -114,19 +118,19 @@ const ALLOCATOR_APIS: &[AllocatorApi] = &[
             (program::MALLOC_ENTER, program::MALLOC_EXIT, "mi_malloc"),
             (program::MALLOC_ENTER, program::MALLOC_EXIT, "mi_zalloc"),
             (
-                program::MALLOC_ENTER,
+                program::MALLOC_ALIGNED_ENTER,
                 program::MALLOC_EXIT,
                 "mi_malloc_aligned",
             ),
             (
-                program::MALLOC_ENTER,
+                program::MALLOC_ALIGNED_ENTER,
                 program::MALLOC_EXIT,
                 "mi_zalloc_aligned",
             ),
             (program::CALLOC_ENTER, program::MALLOC_EXIT, "mi_calloc"),
             (program::REALLOC_ENTER, program::REALLOC_EXIT, "mi_realloc"),
             (
-                program::REALLOC_ENTER,
+                program::REALLOC_ALIGNED_ENTER,
                 program::REALLOC_EXIT,
                 "mi_realloc_aligned",
             ),
