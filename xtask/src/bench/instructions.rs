@@ -42,11 +42,15 @@ pub(super) fn instructions(env: &ServerEnv) -> Result<ServerInstructions> {
     }
     let mut per_session: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     let mut sampled_over_off = BTreeMap::new();
+    let mut recorded_per_session = BTreeMap::new();
     for composition in COMPOSITIONS {
         let mut off = None;
         for tool in TOOLS {
-            let (ir, functions) = one_run(env, composition, tool)
+            let (ir, functions, recorded) = one_run(env, composition, tool)
                 .with_context(|| format!("{composition}: {}", tool.key()))?;
+            if let Some(recorded) = recorded {
+                recorded_per_session.insert(composition.to_owned(), recorded);
+            }
             match tool {
                 ServerTool::CooperativeOff => off = Some((ir, functions)),
                 ServerTool::CooperativeSampled => {
@@ -86,7 +90,30 @@ pub(super) fn instructions(env: &ServerEnv) -> Result<ServerInstructions> {
         per_session,
         vs_unprobed,
         sampled_over_off,
+        recorded_per_session,
     })
+}
+
+/// What a sampled recording of `sessions` sessions held per session: blocks
+/// recorded whole, sampled allocations, frees.
+fn recorded(recording: &Path, sessions: u64) -> Result<BTreeMap<String, f64>> {
+    use leakscope_recording::Record;
+    let mut counts = BTreeMap::from([
+        ("whole".to_owned(), 0.0),
+        ("sampled".to_owned(), 0.0),
+        ("frees".to_owned(), 0.0),
+    ]);
+    let reader = leakscope_recording::segments::Chain::open(recording)?;
+    for record in reader {
+        let key = match record {
+            Record::WholeAlloc { .. } => "whole",
+            Record::Alloc { .. } | Record::Realloc { .. } => "sampled",
+            Record::Free { .. } => "frees",
+            _ => continue,
+        };
+        *counts.get_mut(key).expect("listed above") += 1.0 / sessions.max(1) as f64;
+    }
+    Ok(counts)
 }
 
 /// The parts a recording's instructions are sorted into, by function name
@@ -198,11 +225,12 @@ fn parse_functions(text: &str, sessions: u64) -> BTreeMap<String, f64> {
 /// Instructions per session of `tool` serving `composition`, and each
 /// function's share: counters zeroed after a warm-up, dumped after
 /// [`SESSIONS`] sessions.
+#[allow(clippy::type_complexity)]
 fn one_run(
     env: &ServerEnv,
     composition: &str,
     tool: ServerTool,
-) -> Result<(f64, BTreeMap<String, f64>)> {
+) -> Result<(f64, BTreeMap<String, f64>, Option<BTreeMap<String, f64>>)> {
     let dir = env.scratch.join("callgrind");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -234,13 +262,24 @@ fn one_run(
     callgrind_control("-z", server.pid)?;
     let created = churn(env, &server.url, SESSIONS)?;
     callgrind_control("-d", server.pid)?;
-    if let Some(probe) = probe {
-        stop(probe)?;
-    }
+    let recorded_counts = match probe {
+        Some(probe) => {
+            stop(probe)?;
+            Some(recorded(
+                &env.scratch.join("callgrind.lsrec"),
+                WARM_UP + created,
+            )?)
+        }
+        None => None,
+    };
     server.finish()?;
     let total = dumped_total(&dir)?;
     let functions = functions_of(&dir.join("callgrind.out.1"), created.max(1))?;
-    Ok((total as f64 / created.max(1) as f64, functions))
+    Ok((
+        total as f64 / created.max(1) as f64,
+        functions,
+        recorded_counts,
+    ))
 }
 
 /// `count` sessions, 4 at a time (the server runs ~50x slower under

@@ -323,6 +323,16 @@ pub(super) fn instructions_section(md: &mut String, i: &Outcome<ServerInstructio
         }
     }
     let _ = writeln!(md);
+    for (composition, recorded) in &i.recorded_per_session {
+        let get = |key: &str| recorded.get(key).copied().unwrap_or(0.0);
+        let _ = writeln!(
+            md,
+            "What `{composition}`'s sampled recording held per session: {:.1} blocks recorded              whole (aligned for tokio's task cells and channels: what session states and task              counts rest on), {:.2} sampled allocations, {:.1} frees.\n",
+            get("whole"),
+            get("sampled"),
+            get("frees")
+        );
+    }
     for (composition, parts) in &i.sampled_over_off {
         let total: f64 = parts.values().sum();
         let _ = writeln!(

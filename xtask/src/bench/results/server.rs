@@ -107,6 +107,11 @@ pub(crate) struct ServerInstructions {
     /// (callgrind's self cost of each function, sorted into parts by name).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sampled_over_off: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Per composition, what the sampled recording held per session (the
+    /// warm-up's included): `whole` blocks (aligned for tokio's task cells
+    /// and channels), `sampled` allocations, and `frees`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub recorded_per_session: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// A ratio measured once per round.
