@@ -29,6 +29,14 @@ pub const ALLOCATOR_FRAMES: &[&str] = &[
     "__rust_realloc",
     "__rdl_*",
     "__rg_*",
+    // The shims symbolized under the crate that defines the
+    // `#[global_allocator]` (`keeper::__rust_alloc` in a release build of a
+    // binary that declares its own).
+    "*::__rust_alloc*",
+    "*::__rust_realloc",
+    "*::__rust_dealloc",
+    "*::__rdl_*",
+    "*::__rg_*",
     "alloc::alloc::*",
     "<alloc::alloc::Global as core::alloc::Allocator>::*",
     "alloc::raw_vec::*",
@@ -240,6 +248,18 @@ mod tests {
         assert_eq!(own_frame(frames.iter().copied()), Some("my_server::render"));
         let handler = ["<my::Handler as rmcp::handler::server::ServerHandler>::call_tool"];
         assert_eq!(own_frame(handler.iter().copied()), Some(handler[0]));
+    }
+
+    /// A binary that declares its own `#[global_allocator]` may have its
+    /// shims symbolized under its crate's name.
+    #[test]
+    fn shims_named_after_the_allocators_crate_are_the_allocator() {
+        for shim in ["keeper::__rust_alloc", "my_server::__rust_dealloc", "x::__rg_alloc"] {
+            assert!(is_allocator_frame(shim), "{shim}");
+        }
+        assert!(!is_allocator_frame("keeper::keep_one"));
+        let frames = ["keeper::__rust_alloc", "alloc::alloc::alloc", "keeper::keep_one"];
+        assert_eq!(own_frame(frames.iter().copied()), Some("keeper::keep_one"));
     }
 
     #[test]
