@@ -215,8 +215,9 @@ fn set_sampling(ebpf: &mut Ebpf, mean: u64) -> Result<()> {
     Ok(())
 }
 
-/// Attaches every probe of `plan` in its order (frees, returns, entries: see
-/// `plan::order_for_attach`), scoped to `pid`: the kernel only plants
+/// Attaches every probe of `plan` in its order (frees, returns, lifecycle
+/// entries, allocator entries: see `plan::order_for_attach`), scoped to
+/// `pid`: the kernel only plants
 /// breakpoints in that process. On an error the probes attached so far are
 /// detached.
 pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pid: u32) -> Result<Attached> {

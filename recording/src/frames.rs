@@ -254,11 +254,19 @@ mod tests {
     /// shims symbolized under its crate's name.
     #[test]
     fn shims_named_after_the_allocators_crate_are_the_allocator() {
-        for shim in ["keeper::__rust_alloc", "my_server::__rust_dealloc", "x::__rg_alloc"] {
+        for shim in [
+            "keeper::__rust_alloc",
+            "my_server::__rust_dealloc",
+            "x::__rg_alloc",
+        ] {
             assert!(is_allocator_frame(shim), "{shim}");
         }
         assert!(!is_allocator_frame("keeper::keep_one"));
-        let frames = ["keeper::__rust_alloc", "alloc::alloc::alloc", "keeper::keep_one"];
+        let frames = [
+            "keeper::__rust_alloc",
+            "alloc::alloc::alloc",
+            "keeper::keep_one",
+        ];
         assert_eq!(own_frame(frames.iter().copied()), Some("keeper::keep_one"));
     }
 

@@ -120,22 +120,32 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
 }
 
 /// The order probes are attached in (and detached in, the other way round),
-/// so that a recording's edges make neither false leaks nor false losses.
-/// Frees first: a block allocated under an allocation probe but freed before
-/// `free` was probed would stay live forever (a false leak), while a free of a
-/// block allocated before attach is simply unknown, which the analyzer
-/// ignores. Returns next: a return whose entry was not seen is ignored, but an
-/// entry whose return probe was not yet in place would count as an allocation
-/// lost. Entries last. Detaching in reverse, the entries go first, so a call in
-/// progress still returns through its probe, and frees last.
+/// so that a recording's edges make neither false leaks, nor false losses,
+/// nor cut stacks. Frees first: a block allocated under an allocation probe
+/// but freed before `free` was probed would stay live forever (a false leak),
+/// while a free of a block allocated before attach is simply unknown, which
+/// the analyzer ignores. Returns next: a return whose entry was not seen is
+/// ignored, but an entry whose return probe was not yet in place would count
+/// as an allocation lost. Then the lifecycle entries, and the allocators'
+/// entries last: a lifecycle call entered while only its return probe is in
+/// place runs with the kernel's trampoline for its return address and no
+/// entry to say what it hides, so an allocation inside it, if already
+/// probed, has a stack cut there. Detaching in reverse, the allocators'
+/// entries go first (no new stack is walked), then the lifecycle entries,
+/// so a call in progress still returns through its probe, and frees last.
+/// Detaching takes a grace period per probe (seconds for all of them), and
+/// a server still working meanwhile once had a stack cut at its stop
+/// (`fixtures/tests/unwind_tables.rs`).
 fn order_for_attach(probes: &mut [Probe]) {
     probes.sort_by_key(|p| {
         if p.program == program::FREE_ENTER || p.program == program::RUST_DEALLOC_ENTER {
             0
         } else if p.program.ends_with(program::EXIT_SUFFIX) {
             1
-        } else {
+        } else if p.program == program::SCOPE_ENTER {
             2
+        } else {
+            3
         }
     });
 }

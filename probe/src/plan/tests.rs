@@ -21,7 +21,7 @@ fn a_scope_cookie_carries_its_kind_and_whether_it_returns() {
 }
 
 #[test]
-fn frees_then_returns_then_entries_are_attached() {
+fn frees_then_returns_then_lifecycle_then_allocator_entries_are_attached() {
     let at = |program| Probe {
         program,
         path: PathBuf::from("/lib/libc.so.6"),
@@ -48,9 +48,9 @@ fn frees_then_returns_then_entries_are_attached() {
             program::FREE_ENTER,
             program::SCOPE_EXIT,
             program::MALLOC_EXIT,
+            program::SCOPE_ENTER,
             program::MALLOC_ENTER,
-            program::REALLOC_ENTER,
-            program::SCOPE_ENTER
+            program::REALLOC_ENTER
         ],
         "each kind keeps its order"
     );
