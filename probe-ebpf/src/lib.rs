@@ -296,7 +296,9 @@ pub const ALLOC_FLAG_NEW_UNSAMPLED: u32 = 2;
 /// Set in [`AllocEnterRecord::flags`] in a sampled recording, on a call
 /// recorded whole whatever the countdown said: its block is aligned to
 /// [`WHOLE_ALIGN`] or more (the alignment argument of `__rust_alloc`,
-/// `__rust_realloc`, `posix_memalign`, `aligned_alloc` and `memalign`).
+/// `__rust_realloc`, `posix_memalign`, `aligned_alloc` and `memalign`,
+/// mimalloc's `mi_*_aligned`, and the alignment in jemalloc's
+/// `mallocx`/`rallocx` flags).
 /// Userspace writes it as `Record::WholeAlloc`.
 pub const ALLOC_FLAG_WHOLE: u32 = 4;
 
@@ -320,7 +322,11 @@ pub const SPACING_SLOTS: u32 = 4096;
 pub const BIRTH_SCOPE_KINDS: [u32; 2] = [0, 1];
 
 /// Sampled blocks alive that the programs can tell a free of (the `SAMPLED`
-/// hash map): at the default mean, ~128 GiB of heap.
+/// hash map): at the default mean, ~128 GiB of heap. Blocks recorded whole
+/// ([`ALLOC_FLAG_WHOLE`]: tokio's task cells and channels, a few hundred
+/// bytes each) share it, so a server with ~260k tasks and channels alive
+/// fills it; past that, a new block is recorded without its free being
+/// sent, and the recording counts it lost (`LostReason::SampledFull`).
 pub const SAMPLED_BLOCKS: u32 = 1 << 18;
 
 /// A return's stack pointer minus its entry's: `ret` pops the return address.

@@ -247,8 +247,8 @@ pub enum Record {
     },
     /// An allocation a sampled recording recorded whole, whatever its
     /// countdown said: it stands for itself alone (one block, its own bytes),
-    /// and its free is recorded like a sampled block's. The in-process mode
-    /// records every block aligned to [`WHOLE_ALIGN`] or more this way:
+    /// and its free is recorded like a sampled block's. Both modes record
+    /// every block aligned to [`WHOLE_ALIGN`] or more this way:
     /// tokio aligns its task cells and its channels to a cache-line pair, and
     /// those are what sessions and tasks are made of (a session's map entry
     /// is its handle's channel), so their counts and states stay exact while

@@ -85,9 +85,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   walks a build without frame pointers by tables from `.eh_frame`).
 ///   Version 10 reads as walked by frame pointer.
 /// * 12: `Record::WholeAlloc` (appended): in a sampled recording, an
-///   allocation recorded whatever the countdown said (the in-process mode's
-///   cache-line-aligned blocks: tokio's task cells and channels). Version 11
-///   reads as is.
+///   allocation recorded whatever the countdown said (blocks aligned to a
+///   cache-line pair, in both modes: tokio's task cells and channels).
+///   Version 11 reads as is.
 pub const FORMAT_VERSION: u32 = 12;
 
 /// The oldest format version this reader still reads.

@@ -92,10 +92,11 @@ impl Block {
     /// Whether this block marks its session's map entry: a `session-map`
     /// block recorded for itself. A sample standing for others
     /// ([`STAND_IN_WEIGHT`]) is not one session's: an in-process sampled
-    /// recording, which cannot record a session's birth whole (rmcp allocates
-    /// the entry before the log line that names the session), read 4 of 300
-    /// abandoned sessions "leaked, each retaining 517.9 KiB" and 2 "closed",
-    /// from the few entries sampled.
+    /// recording of format 11 or older, which could not record a session's
+    /// birth whole (rmcp allocates the entry before the log line that names
+    /// the session; format 12 records the entry's aligned channel whole), read
+    /// 4 of 300 abandoned sessions "leaked, each retaining 517.9 KiB" and 2
+    /// "closed", from the few entries sampled.
     pub fn marks_the_entry(&self) -> bool {
         self.category == Category::SessionMap && self.weight < STAND_IN_WEIGHT
     }

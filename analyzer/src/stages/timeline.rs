@@ -317,8 +317,9 @@ impl Builder {
         // Each sample weighted by itself: summing sizes first and unbiasing
         // the sum after is wrong for a site whose blocks differ in size.
         let weight = if whole || (self.sampling.is_sampled() && self.sessions.in_birth_scope(tid)) {
-            // Recorded whole: a session's birth (eBPF) and a cache-line-aligned
-            // block (in-process: tokio's task cells and channels) are never sampled.
+            // Recorded whole: a session's birth (eBPF) and a block aligned to a
+            // cache-line pair (both modes: tokio's task cells and channels) are
+            // never sampled.
             leakscope_recording::sampling::Sampling::Every.weight(size)
         } else {
             self.sampling.weight(size)

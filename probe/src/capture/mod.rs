@@ -128,7 +128,7 @@ impl<W: Write> Capture<W> {
                 None => self.malformed(),
             },
             Some(RecordKind::Free) => match read::<FreeRecord>(bytes) {
-                Some(free) if self.passed_on_by_rust(&free, rust_freed) => Ok(()),
+                Some(free) if self.passed_on(&free, rust_freed) => Ok(()),
                 Some(free) => self.free(&free),
                 None => self.malformed(),
             },

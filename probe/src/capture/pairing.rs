@@ -141,7 +141,8 @@ impl<W: io::Write> Capture<W> {
                 self.stats.frees += 1;
                 self.stats.events += 1;
                 // (Aligned blocks are seldom resized: the old one's free is
-                // written at the return, without realloc's entry-time check.)
+                // written at the return, without realloc's entry-time check;
+                // a free of it inside the call is not written: `passed_on`.)
                 self.writer.push(Record::Free {
                     ts,
                     tid,
@@ -190,14 +191,19 @@ impl<W: io::Write> Capture<W> {
     /// Whether a libc `free` is the global allocator's own, made for a Rust
     /// shim call already recorded: the block `__rust_dealloc` just gave back
     /// on this thread (`rust_freed`), or a free inside a shim call still open
-    /// on it (a realloc that moved the block).
-    pub(super) fn passed_on_by_rust(&self, free: &FreeRecord, rust_freed: Option<u64>) -> bool {
+    /// on it (a realloc that moved the block). Also the old block's free
+    /// inside a realloc recorded whole (`mi_realloc_aligned` calls `mi_free`
+    /// itself): its return writes that free, once.
+    pub(super) fn passed_on(&self, free: &FreeRecord, rust_freed: Option<u64>) -> bool {
         if rust_freed == Some(free.addr) {
             return true;
         }
         self.in_progress.get(&free.header.tid).is_some_and(|calls| {
             calls.iter().any(|open| {
-                open.flags & ALLOC_FLAG_RUST != 0
+                let whole_realloc_of_it = open.flags & ALLOC_FLAG_WHOLE != 0
+                    && open.call == AllocCall::Realloc as u32
+                    && open.ptr_arg == free.addr;
+                (open.flags & ALLOC_FLAG_RUST != 0 || whole_realloc_of_it)
                     && free.header.ts_ns.saturating_sub(open.header.ts_ns) < STALE_CALL_NS
             })
         })

@@ -623,6 +623,9 @@ fn a_call_recorded_whole_is_written_whole() {
         1024,
         0xa000,
     );
+    // The allocator frees the old block itself (`mi_realloc_aligned` calls
+    // `mi_free`): written once, at the return.
+    free(&mut c, RecordKind::Free, 7, 0xa000);
     exit(&mut c, 7, 0x7000, AllocCall::Realloc, 0xb000);
     enter(&mut c, 7, 0x7000, AllocCall::Malloc, 64, 0);
     exit(&mut c, 7, 0x7000, AllocCall::Malloc, 0xc000);

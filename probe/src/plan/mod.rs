@@ -130,9 +130,11 @@ pub fn make_plan(target: &Target, exe: &ElfSymbols, preset: &Preset) -> Result<P
 /// entries last: a lifecycle call entered while only its return probe is in
 /// place runs with the kernel's trampoline for its return address and no
 /// entry to say what it hides, so an allocation inside it, if already
-/// probed, has a stack cut there. Detaching in reverse, the allocators'
-/// entries go first (no new stack is walked), then the lifecycle entries,
-/// so a call in progress still returns through its probe, and frees last.
+/// probed, has a stack cut there (left: a call entered between its own two
+/// attaches and still running when the allocators' entries attach).
+/// Detaching in reverse, the allocators' entries go first (no new stack is
+/// walked), then the lifecycle entries, so a call in progress still returns
+/// through its probe, and frees last.
 /// Detaching takes a grace period per probe (seconds for all of them), and
 /// a server still working meanwhile once had a stack cut at its stop
 /// (`fixtures/tests/unwind_tables.rs`).

@@ -98,7 +98,10 @@ fn count_events(path: &Path) -> Result<u64> {
         .filter(|r| {
             matches!(
                 r,
-                Record::Alloc { .. } | Record::Free { .. } | Record::Realloc { .. }
+                Record::Alloc { .. }
+                    | Record::WholeAlloc { .. }
+                    | Record::Free { .. }
+                    | Record::Realloc { .. }
             )
         })
         .count() as u64)
@@ -136,7 +139,10 @@ pub(super) fn replay(source: &Path, out: &Path, count: u64, copies: Copies) -> R
         for record in &records {
             let memory = matches!(
                 record,
-                Record::Alloc { .. } | Record::Free { .. } | Record::Realloc { .. }
+                Record::Alloc { .. }
+                    | Record::WholeAlloc { .. }
+                    | Record::Free { .. }
+                    | Record::Realloc { .. }
             );
             let once = matches!(record, Record::Stack { .. } | Record::Mapping(_))
                 || (copies == Copies::Memory && !memory);
@@ -177,6 +183,19 @@ fn shifted(
             size,
             stack,
         } => Record::Alloc {
+            ts: ts + dt,
+            tid,
+            addr: a(addr),
+            size,
+            stack,
+        },
+        Record::WholeAlloc {
+            ts,
+            tid,
+            addr,
+            size,
+            stack,
+        } => Record::WholeAlloc {
             ts: ts + dt,
             tid,
             addr: a(addr),

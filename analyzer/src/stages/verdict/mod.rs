@@ -216,7 +216,7 @@ fn sessions_verdict(
     }
     if st.unknown > 0 {
         let why = if evidence.births_sampled {
-            "this sampled in-process recording sees a session's map entry only when it is sampled (it is of format 11 or older: leakscope did not yet record tokio's channels whole); record again with this leakscope, every call (no --sample), or with eBPF as root, for every session's state".to_owned()
+            "this sampled in-process recording holds no block recorded whole, so it sees a session's map entry only when it is sampled (a recording of format 11 or older, from before leakscope recorded tokio's channels whole, or a runtime that aligns them below 128 bytes); record again with this leakscope, every call (no --sample), or with eBPF as root, for every session's state".to_owned()
         } else if evidence.missing_signals.is_empty() {
             "their map entry's memory was not identified (no allocation matched the session-map rules)".to_owned()
         } else {
