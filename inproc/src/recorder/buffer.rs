@@ -2,6 +2,7 @@
 //! size, behind one mutex, never grown, so recording never allocates.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -106,8 +107,8 @@ pub(super) struct Shared {
     /// 15 MiB in while the application runs: a recording of 100,000 `Box`
     /// pairs started afresh took 135-150 ns a pair instead of 122-128.
     pub(super) spare: Mutex<Option<Vec<RawEvent>>>,
-    /// Strings the events index (session ids), cleared at each start.
-    pub(super) facts: Mutex<Vec<String>>,
+    /// Strings the events index (session ids), until the writer takes them.
+    pub(super) facts: Mutex<Facts>,
     pub(super) lost: AtomicU64,
     /// Sampled blocks that could not be filed (the table of sampled blocks
     /// alive was full): made unsampled, so a leak of them would be missed.
@@ -131,12 +132,12 @@ pub(super) fn reset() -> &'static Shared {
         swapped: Condvar::new(),
         stalled: AtomicBool::new(false),
         spare: Mutex::new(None),
-        facts: Mutex::new(Vec::new()),
+        facts: Mutex::new(Facts::new()),
         lost: AtomicU64::new(0),
         sampled_full: AtomicU64::new(0),
     });
     lock(&shared.buffer).clear();
-    lock(&shared.facts).clear();
+    *lock(&shared.facts) = Facts::new();
     shared.lost.store(0, Ordering::SeqCst);
     shared.sampled_full.store(0, Ordering::SeqCst);
     shared.stalled.store(false, Ordering::SeqCst);
@@ -158,11 +159,11 @@ pub fn unwritten_events() -> usize {
 /// Whether recording is still on is read under the buffer's lock: the
 /// writer's last swap is taken under it after recording is off, so no event
 /// lands in the buffer after it, unread and uncounted.
-pub(super) fn push(shared: &Shared, event: RawEvent) {
+pub(super) fn push(shared: &Shared, event: RawEvent) -> bool {
     let mut buffer = lock(&shared.buffer);
     loop {
         if !recording() {
-            return;
+            return false;
         }
         let len = buffer.len();
         if len < buffer.capacity() {
@@ -170,11 +171,11 @@ pub(super) fn push(shared: &Shared, event: RawEvent) {
             if len + 1 == buffer.capacity() / 2 {
                 shared.drain.notify_one();
             }
-            return;
+            return true;
         }
         if shared.stalled.load(Ordering::Relaxed) {
             shared.lost.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
         shared.drain.notify_one();
         let (again, waited) = shared
@@ -199,4 +200,88 @@ pub(super) fn event_buffer() -> Vec<RawEvent> {
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The session ids the events index (`RawKind::SessionId`, `SessionCreated`:
+/// an event carries a number, not a string), each kept until the writer
+/// takes it, or until its event is dropped. A recording left on for hours
+/// sees an id per session: kept all along, they grew with every session
+/// recorded.
+pub(super) struct Facts {
+    /// The index of `waiting[0]`.
+    first: u64,
+    /// `None` once taken; taken ones at the front are let go.
+    waiting: VecDeque<Option<String>>,
+}
+
+impl Facts {
+    pub(super) const fn new() -> Self {
+        Self {
+            first: 0,
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// Keeps `id`; returns the index its event carries.
+    pub(super) fn push(&mut self, id: String) -> u64 {
+        self.waiting.push_back(Some(id));
+        self.first + self.waiting.len() as u64 - 1
+    }
+
+    /// The id at `index`, which is no longer kept. An id is taken once:
+    /// `None` after that, or for an index never given.
+    pub(super) fn take(&mut self, index: u64) -> Option<String> {
+        let at = usize::try_from(index.checked_sub(self.first)?).ok()?;
+        let id = self.waiting.get_mut(at)?.take();
+        while let Some(None) = self.waiting.front() {
+            self.waiting.pop_front();
+            self.first += 1;
+        }
+        id
+    }
+
+    /// Ids kept, taken or not (those behind one not yet taken).
+    #[cfg(test)]
+    pub(super) fn kept(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Facts;
+
+    #[test]
+    fn facts_are_let_go_once_taken_in_any_order() {
+        let mut facts = Facts::new();
+        let a = facts.push("a".into());
+        let b = facts.push("b".into());
+        let c = facts.push("c".into());
+        // Events reach the writer out of order (two threads).
+        assert_eq!(facts.take(b).as_deref(), Some("b"));
+        assert_eq!(facts.kept(), 3, "`a` is still awaited");
+        assert_eq!(facts.take(a).as_deref(), Some("a"));
+        assert_eq!(facts.kept(), 1);
+        assert_eq!(facts.take(a), None, "taken once");
+        assert_eq!(facts.take(c).as_deref(), Some("c"));
+        assert_eq!(facts.kept(), 0);
+        // Indexes go on from where they were.
+        assert_eq!(facts.push("d".into()), 3);
+        assert_eq!(facts.take(99), None);
+        assert_eq!(facts.take(3).as_deref(), Some("d"));
+        // A day of sessions keeps nothing once written.
+        for i in 0..100_000 {
+            let index = facts.push(format!("session-{i}"));
+            assert!(facts.take(index).is_some());
+        }
+        assert_eq!(facts.kept(), 0);
+        // One never taken holds those after it: a dropped event's id is
+        // taken back at once (`record_fact`).
+        let held = facts.push("dropped".into());
+        let later = facts.push("later".into());
+        facts.take(later);
+        assert_eq!(facts.kept(), 2);
+        facts.take(held);
+        assert_eq!(facts.kept(), 0);
+    }
 }

@@ -30,9 +30,9 @@ fn guarded(f: impl FnOnce(&Shared)) {
 
 /// Pushes an event of this thread: after the poll entries it is inside of
 /// that wait (see `polls`).
-fn record(shared: &Shared, event: RawEvent) {
+fn record(shared: &Shared, event: RawEvent) -> bool {
     polls::write_waiting(shared);
-    push(shared, event);
+    push(shared, event)
 }
 
 fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
@@ -64,7 +64,9 @@ fn event_entered(
 
 /// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
-    guarded(|shared| record(shared, event(kind, addr, old, size, kind != RawKind::Free)));
+    guarded(|shared| {
+        record(shared, event(kind, addr, old, size, kind != RawKind::Free));
+    });
 }
 
 /// Called by the allocator after a realloc that was entered at `entry_ts`.
@@ -73,7 +75,7 @@ pub(crate) fn record_realloc(new: u64, old: u64, size: u64, entry_ts: u64) {
         record(
             shared,
             event_entered(RawKind::Realloc, new, old, size, true, entry_ts),
-        )
+        );
     });
 }
 
@@ -84,7 +86,9 @@ pub(crate) fn now_ns() -> u64 {
 
 /// Called by the session layer: a session span's end, a task's.
 pub(crate) fn record_scope(kind: RawKind, key: u64) {
-    guarded(|shared| record(shared, event(kind, key, 0, 0, false)));
+    guarded(|shared| {
+        record(shared, event(kind, key, 0, 0, false));
+    });
 }
 
 /// Called by the session layer: a poll of a task or a session span is
@@ -102,7 +106,9 @@ pub(crate) fn record_poll_end(kind: RawKind, key: u64, kept: &mut PollsKept) {
 /// Called by the session layer: a tokio task was spawned here (its span `key`
 /// was just made); the stack says by whom.
 pub(crate) fn record_task_spawned(key: u64) {
-    guarded(|shared| record(shared, event(RawKind::TaskSpawned, key, 0, 0, true)));
+    guarded(|shared| {
+        record(shared, event(RawKind::TaskSpawned, key, 0, 0, true));
+    });
 }
 
 /// Called by the session layer: the session id of the innermost open span on this thread.
@@ -120,12 +126,11 @@ pub(crate) fn record_session_created(id: &str) {
 
 fn record_fact(kind: RawKind, id: &str) {
     guarded(|shared| {
-        let index = {
-            let mut facts = lock(&shared.facts);
-            facts.push(id.to_owned());
-            facts.len() as u64 - 1
-        };
-        record(shared, event(kind, index, 0, 0, false));
+        let index = lock(&shared.facts).push(id.to_owned());
+        if !record(shared, event(kind, index, 0, 0, false)) {
+            // Dropped: nobody will take it.
+            lock(&shared.facts).take(index);
+        }
     });
 }
 
@@ -138,7 +143,9 @@ static TRACE_ORIGIN: AtomicU64 = AtomicU64::new(0);
 #[cfg_attr(not(feature = "chrome"), allow(dead_code))]
 pub(crate) fn set_trace_origin(ts: u64) {
     TRACE_ORIGIN.store(ts, Ordering::SeqCst);
-    guarded(|shared| record(shared, event(RawKind::TraceOrigin, ts, 0, 0, false)));
+    guarded(|shared| {
+        record(shared, event(RawKind::TraceOrigin, ts, 0, 0, false));
+    });
 }
 
 /// The application trace's time zero, 0 when there is none.

@@ -199,10 +199,7 @@ fn convert(raw: &RawEvent, shared: &Shared, writer: &mut Writer) -> std::io::Res
             arg: raw.addr,
         },
         RawKind::SessionId | RawKind::SessionCreated => {
-            let id = lock(&shared.facts)
-                .get(raw.addr as usize)
-                .cloned()
-                .unwrap_or_default();
+            let id = lock(&shared.facts).take(raw.addr).unwrap_or_default();
             Record::Session {
                 ts,
                 tid,
