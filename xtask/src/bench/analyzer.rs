@@ -166,97 +166,43 @@ pub(super) fn replay(source: &Path, out: &Path, count: u64, copies: Copies) -> R
     Ok(written)
 }
 
-/// `record` of copy `copy`: its times `dt` later, its addresses in a range
-/// of their own.
+/// `record` of copy `copy`: its times `dt` later (the recording crate's one
+/// list of which records carry a time), its addresses in a range of their
+/// own.
 fn shifted(
     record: &leakscope_recording::Record,
     copy: u64,
     dt: u64,
 ) -> leakscope_recording::Record {
     use leakscope_recording::Record;
-    let a = |addr: u64| if addr == 0 { 0 } else { addr + (copy << 40) };
-    match record.clone() {
-        Record::Alloc {
-            ts,
-            tid,
-            addr,
-            size,
-            stack,
-        } => Record::Alloc {
-            ts: ts + dt,
-            tid,
-            addr: a(addr),
-            size,
-            stack,
-        },
-        Record::WholeAlloc {
-            ts,
-            tid,
-            addr,
-            size,
-            stack,
-        } => Record::WholeAlloc {
-            ts: ts + dt,
-            tid,
-            addr: a(addr),
-            size,
-            stack,
-        },
-        Record::Free { ts, tid, addr } => Record::Free {
-            ts: ts + dt,
-            tid,
-            addr: a(addr),
-        },
-        Record::Realloc {
-            ts,
-            tid,
-            old,
-            new,
-            size,
-            stack,
-            entry_ts,
-        } => Record::Realloc {
-            ts: ts + dt,
-            tid,
-            old: a(old),
-            new: a(new),
-            size,
-            stack,
-            entry_ts: entry_ts + dt,
-        },
-        Record::Scope {
-            ts,
-            tid,
-            kind,
-            phase,
-            arg,
-        } => Record::Scope {
-            ts: ts + dt,
-            tid,
-            kind,
-            phase,
-            arg: a(arg),
-        },
-        Record::Session { ts, tid, fact } => Record::Session {
-            ts: ts + dt,
-            tid,
-            fact,
-        },
-        Record::Task {
-            ts,
-            tid,
-            id,
-            event,
-            stack,
-        } => Record::Task {
-            ts: ts + dt,
-            tid,
-            id: a(id),
-            event,
-            stack,
-        },
-        other => other,
+    let a = |addr: &mut u64| {
+        if *addr != 0 {
+            *addr += copy << 40;
+        }
+    };
+    let mut record = record.clone();
+    // The application trace's time zero is the same for every copy.
+    if !matches!(record, Record::TraceOrigin { .. })
+        && let Some(ts) = record.ts_mut()
+    {
+        *ts += dt;
     }
+    match &mut record {
+        Record::Alloc { addr, .. }
+        | Record::WholeAlloc { addr, .. }
+        | Record::Free { addr, .. } => a(addr),
+        Record::Realloc {
+            old, new, entry_ts, ..
+        } => {
+            a(old);
+            a(new);
+            *entry_ts += dt;
+        }
+        Record::Scope { arg, .. } => a(arg),
+        Record::Task { id, .. } => a(id),
+        _ => {}
+    }
+    record
 }
 
 /// Replays `source` into `out` until it holds `events` memory events, then
@@ -337,4 +283,54 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shifted;
+    use leakscope_recording::Record;
+
+    #[test]
+    fn a_copy_moves_times_and_addresses_but_not_the_trace_origin() {
+        let realloc = Record::Realloc {
+            ts: 10,
+            tid: 1,
+            old: 0,
+            new: 0x100,
+            size: 8,
+            stack: None,
+            entry_ts: 9,
+        };
+        assert_eq!(
+            shifted(&realloc, 1, 1000),
+            Record::Realloc {
+                ts: 1010,
+                tid: 1,
+                old: 0,
+                new: 0x100 + (1 << 40),
+                size: 8,
+                stack: None,
+                entry_ts: 1009,
+            }
+        );
+        let whole = Record::WholeAlloc {
+            ts: 5,
+            tid: 2,
+            addr: 0x200,
+            size: 128,
+            stack: None,
+        };
+        assert_eq!(
+            shifted(&whole, 2, 1000),
+            Record::WholeAlloc {
+                ts: 1005,
+                tid: 2,
+                addr: 0x200 + (2 << 40),
+                size: 128,
+                stack: None,
+            }
+        );
+        let origin = Record::TraceOrigin { ts: 7 };
+        assert_eq!(shifted(&origin, 3, 1000), origin);
+    }
 }
