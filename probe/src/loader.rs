@@ -5,8 +5,8 @@ use std::num::NonZeroU32;
 
 use anyhow::{Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
-use aya::programs::UProbe;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
+use aya::programs::{ProgramError, UProbe};
 use aya::{Ebpf, EbpfLoader};
 
 use leakscope_probe_ebpf::SPACING_SLOTS;
@@ -95,6 +95,7 @@ pub fn load(
                 .try_into()?;
             program
                 .load()
+                .map_err(refusal)
                 .with_context(|| format!("the kernel refused to load {}", probe.program))?;
         }
     }
@@ -117,6 +118,35 @@ pub fn load(
         trampoline,
     })
 }
+
+/// A program the kernel refused, said by the end of the verifier's log:
+/// where it stopped and why ("BPF program is too large. Processed 1000001
+/// insn", the stack depth, the states). Its beginning, which the error
+/// printed before, is the program's first instructions, and the one-line
+/// error was cut long before the reason.
+fn refusal(error: ProgramError) -> anyhow::Error {
+    match error {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            let mut last: Vec<&str> = log
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .rev()
+                .take(VERIFIER_LINES)
+                .collect();
+            last.reverse();
+            anyhow::anyhow!("{io_error}; the verifier's log ends: {}", last.join(" | "))
+        }
+        other => other.into(),
+    }
+}
+
+/// Lines of the verifier's log a refusal quotes: its verdict and statistics.
+const VERIFIER_LINES: usize = 4;
 
 /// Map values of [`ROWS_PER_CHUNK`] rows that `tables` fill.
 fn chunks(tables: &ProcessTables) -> u32 {

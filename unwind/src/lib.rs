@@ -113,13 +113,6 @@ pub trait Source {
     fn row(&mut self, index: u32) -> Option<UnwindRow>;
     /// The 8 bytes at `address` of the target's stack.
     fn read(&mut self, address: u64) -> Option<u64>;
-    /// `value`, unchanged. In the kernel, through memory the verifier
-    /// does not track: the searches' bounds at each step, so that it
-    /// verifies a step once, not once for every path that led to it.
-    #[inline(always)]
-    fn opaque(&mut self, value: u64) -> u64 {
-        value
-    }
     /// The row found for `pc` before, if the source keeps them (the
     /// programs do, per CPU: a server's allocations come from the same
     /// few hundred call paths, and two searches a frame are most of a
@@ -131,6 +124,20 @@ pub trait Source {
     /// Keeps the row found for `pc`.
     #[inline(always)]
     fn remember(&mut self, _pc: u64, _row: UnwindRow) {}
+    /// The last of the rows `first..first + count` that starts at or before
+    /// `relative` (its index from `first`), by a binary search of at most
+    /// [`SEARCH_STEPS`] steps: [`last_at_or_before`] over [`row`](Self::row).
+    /// The programs run each step as a call of `bpf_loop`'s callback
+    /// instead, so that the verifier checks one step, not 23 unrolled.
+    #[inline(always)]
+    fn last_row_at_or_before(&mut self, first: u32, count: u32, relative: u64) -> Option<u32>
+    where
+        Self: Sized,
+    {
+        last_at_or_before(self, count, SEARCH_STEPS, relative, |s, i| {
+            s.row(first + i).map(|row| row.pc as u64)
+        })
+    }
 }
 
 /// Where one step of a walk got.
@@ -237,8 +244,9 @@ pub fn step<S: Source>(source: &mut S, frame: Frame, interrupted: bool) -> Step 
 /// The last of `count` sorted keys (`key(source, i)`) that is at or
 /// before `target`, by a binary search of at most `steps` steps; `None`
 /// when the steps ran out or a key could not be read. Key 0 is taken to
-/// be at or before `target` (the caller checks it). The bounds go
-/// through [`Source::opaque`] at every step (see there).
+/// be at or before `target` (the caller checks it). The programs run the
+/// same search one step per call of `bpf_loop`'s callback (probe-ebpf's
+/// `search`).
 #[inline(always)]
 pub fn last_at_or_before<S: Source>(
     source: &mut S,
@@ -250,8 +258,6 @@ pub fn last_at_or_before<S: Source>(
     // Key `low` is at or before `target`; key `high` (or the end) after it.
     let (mut low, mut high) = (0u32, count);
     for _ in 0..steps {
-        let bounds = source.opaque(((high as u64) << 32) | low as u64);
-        (low, high) = (bounds as u32, (bounds >> 32) as u32);
         if high <= low || high - low <= 1 {
             break;
         }
@@ -277,14 +283,7 @@ fn find<S: Source>(source: &mut S, mapping: &ExecMapping, pc: u64) -> Option<Unw
     if source.row(mapping.first_row)?.pc > relative {
         return None;
     }
-    let first = mapping.first_row;
-    let low = last_at_or_before(
-        source,
-        mapping.rows,
-        SEARCH_STEPS,
-        relative as u64,
-        |s, i| s.row(first + i).map(|row| row.pc as u64),
-    )?;
+    let low = source.last_row_at_or_before(mapping.first_row, mapping.rows, relative as u64)?;
     source.row(mapping.first_row + low)
 }
 

@@ -6,7 +6,8 @@
 //! Why `bpf_loop`: a step is two binary searches (the mapping, then its
 //! rows) and up to two reads; 32 of them in one program would be verified
 //! 32 times over, with every path through each. The loop's callback is
-//! verified once, whatever the depth.
+//! verified once, whatever the depth. Each search is a `bpf_loop` of its
+//! own inside it, a step per call (see [`Search`]).
 //!
 //! The target's stack is read through the frame-pointer walk's per-CPU
 //! window (see `walk`), and the same count of walks tells a walk preempted
@@ -21,8 +22,8 @@ use aya_ebpf::helpers::generated::bpf_loop;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::Array;
 use leakscope_probe_ebpf::unwind::{
-    Cut, ExecMapping, Frame, MAPPING_SEARCH_STEPS, MAX_EXEC_MAPPINGS, ROWS_PER_CHUNK, Source, Step,
-    UnwindRow, last_at_or_before, step,
+    Cut, ExecMapping, Frame, MAPPING_SEARCH_STEPS, MAX_EXEC_MAPPINGS, ROWS_PER_CHUNK, SEARCH_STEPS,
+    Source, Step, UnwindRow, step,
 };
 use leakscope_probe_ebpf::{MAX_STACK_DEPTH, STACK_WINDOW_BYTES, TRAMPOLINE_SLOT_MARK, trampoline};
 
@@ -246,6 +247,107 @@ struct Walk {
 static WALKS: aya_ebpf::maps::PerCpuArray<Walk> =
     aya_ebpf::maps::PerCpuArray::with_max_entries(1, 0);
 
+/// What a binary search looks through.
+#[derive(Clone, Copy)]
+#[repr(u64)]
+enum Over {
+    /// [`EXEC_MAPPINGS`]' starts.
+    Mappings = 0,
+    /// The `pc`s of the rows from `first` on.
+    Rows = 1,
+}
+
+/// A binary search in progress ([`search`]), in a per-CPU slot for the
+/// reason [`Walk`] is: each step is a call of `bpf_loop`'s callback, which
+/// the verifier then checks once or twice, where 23 unrolled steps inside
+/// the walk's own callback were checked for every state that reached them.
+/// On one build of Linux 6.18 that took the walk past the verifier's million
+/// instructions (~30k a step), where another build took ~40k for the whole
+/// walk: nothing the program can rely on. A walk preempted mid-search by
+/// another on its CPU may find the slot changed; `walk_tables` then gives
+/// the stack to `bpf_get_stack` (the count of walks).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Search {
+    /// Key `low` is at or before `target`; key `high` (or the end) after it.
+    low: u64,
+    high: u64,
+    target: u64,
+    over: u64,
+    first: u64,
+    /// 1 once a key could not be read.
+    failed: u64,
+}
+
+#[map]
+static SEARCHES: aya_ebpf::maps::PerCpuArray<Search> =
+    aya_ebpf::maps::PerCpuArray::with_max_entries(1, 0);
+
+/// The last of `count` sorted keys that is at or before `target`, by at most
+/// `steps` steps; `None` when the steps ran out or a key could not be read.
+/// Key 0 is taken to be at or before `target` (the caller checks it), as in
+/// `leakscope_unwind::last_at_or_before`, which this is one step at a time.
+#[inline(always)]
+fn search(over: Over, first: u32, count: u32, steps: u32, target: u64) -> Option<u32> {
+    let slot = SEARCHES.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot.
+    unsafe {
+        *slot = Search {
+            low: 0,
+            high: count as u64,
+            target,
+            over: over as u64,
+            first: first as u64,
+            failed: 0,
+        };
+    }
+    // SAFETY: the callback takes no context.
+    unsafe { bpf_loop(steps, search_step as *mut c_void, core::ptr::null_mut(), 0) };
+    // SAFETY: as above.
+    let done = unsafe { *slot };
+    if done.failed != 0 || done.high.wrapping_sub(done.low) > 1 {
+        return None;
+    }
+    Some(done.low as u32)
+}
+
+/// One step of [`search`] (`bpf_loop`'s callback): 0 to go on, 1 when done.
+#[inline(never)]
+unsafe extern "C" fn search_step(_index: u64, _context: *mut c_void) -> i64 {
+    let Some(slot) = SEARCHES.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: this CPU's slot.
+    let search = unsafe { &mut *slot };
+    let (low, high) = (search.low, search.high);
+    if high <= low || high - low <= 1 {
+        return 1;
+    }
+    let middle = low + (high - low) / 2;
+    let key = if search.over == Over::Mappings as u64 {
+        EXEC_MAPPINGS.get(middle as u32).map(|m| m.start)
+    } else {
+        row_at((search.first + middle) as u32).map(|row| row.pc as u64)
+    };
+    let Some(key) = key else {
+        search.failed = 1;
+        return 1;
+    };
+    if key <= search.target {
+        search.low = middle;
+    } else {
+        search.high = middle;
+    }
+    0
+}
+
+/// Row `index` among all the target's.
+#[inline(always)]
+fn row_at(index: u32) -> Option<UnwindRow> {
+    let chunk = UNWIND_ROWS.get(index / ROWS_PER_CHUNK as u32)?;
+    Some(chunk[index as usize & (ROWS_PER_CHUNK - 1)])
+}
+
 /// What the callback is handed: where the frames go (the ring-buffer
 /// record's stack, a pointer, which only the program's stack can pass).
 #[repr(C)]
@@ -468,11 +570,13 @@ impl Source for Reader<'_> {
     fn mapping(&mut self, pc: u64) -> Option<ExecMapping> {
         // The last mapping that starts at or before `pc`.
         let count = self.walk.mappings as u32;
-        let low = last_at_or_before(self, count, MAPPING_SEARCH_STEPS, pc, |_, i| {
-            EXEC_MAPPINGS.get(i).map(|m| m.start)
-        })?;
+        let low = search(Over::Mappings, 0, count, MAPPING_SEARCH_STEPS, pc)?;
         let mapping = *EXEC_MAPPINGS.get(low)?;
         (mapping.start <= pc && pc < mapping.end).then_some(mapping)
+    }
+
+    fn last_row_at_or_before(&mut self, first: u32, count: u32, relative: u64) -> Option<u32> {
+        search(Over::Rows, first, count, SEARCH_STEPS, relative)
     }
 
     fn row(&mut self, index: u32) -> Option<UnwindRow> {
@@ -484,11 +588,6 @@ impl Source for Reader<'_> {
         // pruning the ones that only differ there.
         let within = opaque(index as u64)?;
         Some(chunk[within as usize & (ROWS_PER_CHUNK - 1)])
-    }
-
-    #[inline(always)]
-    fn opaque(&mut self, value: u64) -> u64 {
-        opaque(value).unwrap_or(0)
     }
 
     #[inline(always)]
