@@ -23,6 +23,7 @@
 pub mod coalesce;
 pub mod control;
 mod demangle;
+mod encode;
 mod event;
 pub mod frame_pointers;
 pub mod frames;

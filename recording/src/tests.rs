@@ -113,7 +113,7 @@ fn stored_frames_read_back_the_same() {
     for (n, flush_every) in [(1, 1), (100, 7), (20_000, 30_000)] {
         let records = sample(n);
         let mut writer = RecordingWriter::new(Vec::new(), &header()).unwrap();
-        writer.store();
+        writer.relay();
         for (i, record) in records.iter().enumerate() {
             writer.push(record.clone()).unwrap();
             if (i + 1) % flush_every == 0 {

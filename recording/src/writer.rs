@@ -104,15 +104,19 @@ impl<W: Write> RecordingWriter<W> {
         })
     }
 
-    /// Stores the frames from now on, uncompressed: for a stream that
-    /// another writer re-encodes (the cooperative target's, which the probe
-    /// decodes and writes to its file at the recording's level), where the
-    /// CPU spent is the target's. Even zstd's fastest level was 9.5k
-    /// instructions a session of the target's at saturation (callgrind, rmcp's
-    /// stock service, sampled), a seventh of what recording cost it, for bytes
-    /// that cross a local socket once.
-    pub fn store(&mut self) {
+    /// Writes from now on for a stream that another writer re-encodes (the
+    /// cooperative target's, which the probe decodes and writes to its file
+    /// at the recording's level), where the CPU spent is the target's:
+    /// - frames are stored, uncompressed: even zstd's fastest level was 9.5k
+    ///   instructions a session of the target's at saturation (callgrind,
+    ///   rmcp's stock service, sampled), a seventh of what recording cost it,
+    ///   for bytes that cross a local socket once;
+    /// - polls are not coalesced: the writer that re-encodes them does it
+    ///   (its header is the same, sampled or not), so here it was ~2k
+    ///   instructions a session of the target's for nothing.
+    pub fn relay(&mut self) {
         self.compressor = None;
+        self.coalescer = None;
     }
 
     /// The id of the stack `frames` (return addresses, innermost first), writing a
@@ -167,8 +171,7 @@ impl<W: Write> RecordingWriter<W> {
         }
         super::timestamps::encode(&mut self.pending);
         self.encoded.clear();
-        self.encoded = postcard::to_extend(&self.pending, std::mem::take(&mut self.encoded))
-            .map_err(io::Error::other)?;
+        super::encode::records(&self.pending, &mut self.encoded)?;
         // The payload is compressed straight into the frame, after room for
         // its length and checksum.
         self.frame.clear();

@@ -63,9 +63,20 @@ fn event_entered(
 }
 
 /// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
+///
+/// A free is pushed without the polls waiting around it: the analyzer pairs
+/// a free with its block by address and reads nothing else of it (not its
+/// thread's open scopes), so it does not make a poll hold anything. In a
+/// sampled recording most frees recorded are those of blocks recorded whole
+/// (tokio's task cells and channels), made in polls that hold nothing else:
+/// written out for the free, each such poll cost its entry and its end.
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
     guarded(|shared| {
-        record(shared, event(kind, addr, old, size, kind != RawKind::Free));
+        if kind == RawKind::Free {
+            push(shared, event(kind, addr, old, size, false));
+        } else {
+            record(shared, event(kind, addr, old, size, true));
+        }
     });
 }
 

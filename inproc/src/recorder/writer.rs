@@ -21,9 +21,8 @@ pub(super) type Writer = RecordingWriter<Box<dyn Write + Send>>;
 
 /// Writes the header and what comes before the events: the mappings, and
 /// the application trace's time zero when there is one. A `stream` to the
-/// probe is stored, not compressed: the probe decodes it and writes the file
-/// at the recording's level (zstd's fastest level still cost the target
-/// ~9.5k instructions a session at saturation for bytes compressed again).
+/// probe is relayed (`RecordingWriter::relay`): neither compressed nor
+/// coalesced, since the probe decodes it and writes the file itself.
 pub(super) fn begin(
     out: Box<dyn Write + Send>,
     stream: bool,
@@ -32,7 +31,7 @@ pub(super) fn begin(
 ) -> Result<Writer> {
     let mut writer = RecordingWriter::new(out, header)?;
     if stream {
-        writer.store();
+        writer.relay();
     }
     for mapping in mappings {
         writer.push(Record::Mapping(mapping))?;

@@ -274,7 +274,13 @@ fn one_run(
     };
     server.finish()?;
     let total = dumped_total(&dir)?;
-    let functions = functions_of(&dir.join("callgrind.out.1"), created.max(1))?;
+    let dump = dir.join("callgrind.out.1");
+    let functions = functions_of(&dump, created.max(1))?;
+    // Kept for `callgrind_annotate`, one per run: where a change went.
+    let kept = env
+        .scratch
+        .join(format!("callgrind-{composition}-{}.out", tool.key()));
+    std::fs::copy(&dump, &kept).with_context(|| format!("cannot keep {}", kept.display()))?;
     Ok((
         total as f64 / created.max(1) as f64,
         functions,
