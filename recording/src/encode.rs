@@ -58,22 +58,19 @@ fn hot(record: &Record, buf: &mut Coded) -> bool {
             addr,
             size,
             stack,
-        } => {
-            buf.byte(variant::ALLOC);
-            buf.varint(ts);
-            buf.varint(tid.into());
-            buf.varint(addr);
-            buf.varint(size);
-            buf.option(stack);
         }
-        Record::WholeAlloc {
+        | Record::WholeAlloc {
             ts,
             tid,
             addr,
             size,
             stack,
         } => {
-            buf.byte(variant::WHOLE_ALLOC);
+            buf.byte(if matches!(record, Record::Alloc { .. }) {
+                variant::ALLOC
+            } else {
+                variant::WHOLE_ALLOC
+            });
             buf.varint(ts);
             buf.varint(tid.into());
             buf.varint(addr);
