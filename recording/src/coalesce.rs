@@ -5,13 +5,16 @@
 //! (`task-poll`/`task-poll-end`, `worker-poll`) were 61% of a recording's
 //! records, ~2.2 MB a minute, where a recording that stays on for a day must
 //! stay well under 1 GB. What the analyzer takes from a poll that holds no
-//! record of its own is that its object was polled, and when: a task's or a
-//! session's first polls (its birth, and "polled only once"), its latest
-//! (its idle time). So, per object (the scope's `arg`), its first
-//! [`KEPT_FIRST`] polls are kept, then one every [`SPACING_NS`]; a poll that
-//! encloses any other record of its thread (an allocation it made, a nested
-//! scope) is always kept, so nothing is attributed differently. The cost: an
-//! idle time up to a second short.
+//! record of its own is that its object was polled, and when: a task's first
+//! poll (its birth: the cell at its header), a session's first two ("polled
+//! only once" is a session that never started), its latest (its idle time).
+//! So, per object (the scope's `arg`), its first polls
+//! ([`Object::kept_first`]) are kept, then one every [`SPACING_NS`]; a poll
+//! that encloses any other record of its thread (an allocation it made, a
+//! nested scope) is always kept, so nothing is attributed differently. A
+//! free is not such a record: the analyzer reads a free's time and address,
+//! never the poll it was made in, and ~a fifth of a day of session churn's
+//! polls held frees only. The cost: an idle time up to a second short.
 //!
 //! A task is known by its birth: the block its cell was allocated in (the
 //! probe), or its `spawned` record (in-process). A sampled recording records
@@ -34,8 +37,24 @@ use foldhash::fast::RandomState;
 
 use super::{Phase, Record, ScopeKind, TaskEvent};
 
-/// Polls of an object always kept.
-const KEPT_FIRST: u8 = 2;
+/// Whose polls are kept: a task's, or a session's (its worker's polls, its
+/// spans in-process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Object {
+    Task,
+    Session,
+}
+
+impl Object {
+    /// Polls of an object always kept. The analyzer counts a session's polls
+    /// (one only: it never started) but not a task's.
+    pub fn kept_first(self) -> u8 {
+        match self {
+            Object::Task => 1,
+            Object::Session => 2,
+        }
+    }
+}
 
 /// After those, at most one poll per object in this long.
 pub const SPACING_NS: u64 = 1_000_000_000;
@@ -76,7 +95,8 @@ fn closes(record: &Record, class: Class, arg: u64) -> bool {
             kind: ScopeKind::TaskPollEnd,
             arg: end,
             ..
-        } => class == Class::Task && end == arg,
+        // 0: a sampled recording's end, of the innermost task poll open.
+        } => class == Class::Task && (end == arg || end == 0),
         Record::Scope {
             kind: ScopeKind::WorkerPoll,
             phase: Phase::Exit,
@@ -104,6 +124,22 @@ fn tid_of(record: &Record) -> Option<u32> {
     }
 }
 
+/// Writes each task poll's end of a sampled recording's `batch` without its
+/// header (format 13): it ends the innermost task poll open on its thread,
+/// which is all the analyzer reads of it, and repeated its entry's 7 bytes.
+pub fn shorten_poll_ends(batch: &mut [Record]) {
+    for record in batch {
+        if let Record::Scope {
+            kind: ScopeKind::TaskPollEnd,
+            arg,
+            ..
+        } = record
+        {
+            *arg = 0;
+        }
+    }
+}
+
 /// Which of an object's polls were kept: the rule of the module docs, for
 /// one object.
 #[derive(Debug, Clone, Copy, Default)]
@@ -113,9 +149,10 @@ pub struct PollsKept {
 }
 
 impl PollsKept {
-    /// Whether a poll entered at `ts` that holds nothing says nothing new.
-    pub fn redundant(&self, ts: u64) -> bool {
-        self.polls >= KEPT_FIRST && ts.saturating_sub(self.last_ns) < SPACING_NS
+    /// Whether a poll of `object` entered at `ts` that holds nothing says
+    /// nothing new.
+    pub fn redundant(&self, object: Object, ts: u64) -> bool {
+        self.polls >= object.kept_first() && ts.saturating_sub(self.last_ns) < SPACING_NS
     }
 
     /// A poll entered at `ts` is kept.
@@ -200,7 +237,7 @@ impl Coalescer {
                     ts: record.ts().unwrap_or(0),
                     holds: false,
                 });
-            } else {
+            } else if !matches!(record, Record::Free { .. }) {
                 for poll in stack.iter_mut() {
                     poll.holds = true;
                 }
@@ -221,9 +258,13 @@ impl Coalescer {
         if class == Class::Task && !self.born.contains(&arg) {
             return true;
         }
+        let object = match class {
+            Class::Task => Object::Task,
+            Class::Worker | Class::Span => Object::Session,
+        };
         self.kept
             .get(&(class, arg))
-            .is_some_and(|kept| kept.redundant(ts))
+            .is_some_and(|kept| kept.redundant(object, ts))
     }
 
     fn keep(&mut self, class: Class, arg: u64, ts: u64) {
@@ -305,26 +346,39 @@ mod tests {
     }
 
     #[test]
-    fn empty_polls_are_kept_first_twice_then_once_a_second() {
+    fn empty_polls_are_kept_first_once_for_a_task_twice_for_a_session_then_once_a_second() {
         let mut c = Coalescer::default();
-        // 30 polls of one task, 100 ms apart: 3 s.
+        // 30 polls of one task, and 30 spans of one session, 100 ms apart: 3 s.
         let mut batch = vec![cell(0x10)];
-        batch.extend((0..30).flat_map(|i| poll(i * 100 * MS, 1, 0x10)));
+        batch.extend((0..30).flat_map(|i| {
+            let ts = i * 100 * MS;
+            let [enter, end] = poll(ts, 1, 0x10);
+            [
+                enter,
+                end,
+                scope(ts + 1, 2, ScopeKind::SessionSpan, Phase::Enter, 0x77),
+                scope(ts + 2, 2, ScopeKind::SessionSpan, Phase::Exit, 0x77),
+            ]
+        }));
         c.coalesce(&mut batch);
-        let kept: Vec<u64> = batch
-            .iter()
-            .filter_map(|r| match r {
-                Record::Scope {
-                    kind: ScopeKind::TaskPoll,
-                    ts,
-                    ..
-                } => Some(*ts / MS),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(kept, [0, 100, 1100, 2100]);
-        assert_eq!(batch.len(), 1 + 8, "each kept poll with its end");
-        assert_eq!(c.dropped(), 26);
+        let kept = |kind: ScopeKind| -> Vec<u64> {
+            batch
+                .iter()
+                .filter_map(|r| match *r {
+                    Record::Scope {
+                        kind: k,
+                        phase: Phase::Enter,
+                        ts,
+                        ..
+                    } if k == kind => Some(ts / MS),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(kept(ScopeKind::TaskPoll), [0, 1000, 2000]);
+        assert_eq!(kept(ScopeKind::SessionSpan), [0, 100, 1100, 2100]);
+        assert_eq!(batch.len(), 1 + 6 + 8, "each kept poll with its end");
+        assert_eq!(c.dropped(), 27 + 26);
     }
 
     #[test]
@@ -354,15 +408,16 @@ mod tests {
         ));
         let before = batch.len();
         c.coalesce(&mut batch);
-        // Polls 3, 4 and 5 of 0x10 are dropped (6 records); the rest stays in order.
-        assert_eq!(batch.len(), before - 6);
-        assert!(matches!(batch[6], Record::Scope { ts, tid: 1, .. } if ts == 6 * MS));
-        assert!(matches!(batch[7], Record::Scope { tid: 2, .. }));
-        assert!(matches!(batch[9], Record::Alloc { .. }));
+        // Polls 2 to 5 of 0x10 are dropped (8 records); the rest stays in order.
+        assert_eq!(batch.len(), before - 8);
+        assert!(matches!(batch[4], Record::Scope { ts, tid: 1, .. } if ts == 6 * MS));
+        assert!(matches!(batch[5], Record::Scope { tid: 2, .. }));
+        assert!(matches!(batch[7], Record::Alloc { .. }));
     }
 
     #[test]
-    fn a_nested_worker_poll_goes_with_its_task_poll_and_an_ended_task_starts_afresh() {
+    fn a_nested_worker_poll_goes_with_its_task_poll_a_free_holds_none_and_an_ended_task_starts_afresh()
+     {
         let mut c = Coalescer::default();
         let nested = |ts: u64| {
             [
@@ -402,9 +457,13 @@ mod tests {
         c.coalesce(&mut batch);
         assert_eq!(
             batch.len(),
-            1 + 10,
-            "the first two kept, the next two dropped, the one holding a free kept"
+            1 + 6 + 1,
+            "the first two kept, the next three dropped, a free kept without the poll it was made in"
         );
+        assert!(matches!(
+            batch.last(),
+            Some(Record::Free { addr: 0x99, .. })
+        ));
         // The task ends (its cell is freed): a poll at its address is of a
         // task of unknown birth, until a new cell is recorded there.
         let mut batch = vec![Record::Free {
@@ -451,5 +510,37 @@ mod tests {
         batch.extend(poll(3 * MS, 1, 7));
         c.coalesce(&mut batch);
         assert_eq!(batch.len(), 3);
+    }
+
+    /// A sampled recording's poll ends carry no header (format 13): a
+    /// cooperative target's stream is written so, and the probe's writer
+    /// coalesces it after.
+    #[test]
+    fn a_poll_end_without_its_header_ends_the_innermost_task_poll() {
+        let mut c = Coalescer::default();
+        let mut batch = vec![cell(0x10), cell(0x20)];
+        for i in 0..3 {
+            let ts = i * MS;
+            batch.extend([
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x10),
+                scope(ts + 1, 1, ScopeKind::TaskPoll, Phase::Enter, 0x20),
+                scope(ts + 2, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0),
+                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0),
+            ]);
+        }
+        shorten_poll_ends(&mut batch);
+        c.coalesce(&mut batch);
+        // Each task's first poll (the inner one inside the outer, which holds
+        // it); the next two of each dropped whole.
+        assert_eq!(batch.len(), 2 + 4, "{batch:?}");
+        assert_eq!(c.dropped(), 4);
+        assert!(batch[2..].iter().all(|r| match *r {
+            Record::Scope {
+                kind: ScopeKind::TaskPollEnd,
+                arg,
+                ..
+            } => arg == 0,
+            _ => true,
+        }));
     }
 }

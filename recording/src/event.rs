@@ -35,7 +35,10 @@ pub enum ScopeKind {
     /// are the task's.
     TaskPoll = 6,
     /// A tokio task's poll ended: `State::transition_to_idle` (it returned
-    /// `Pending`) or `transition_to_complete` (it finished); `arg` is its header.
+    /// `Pending`) or `transition_to_complete` (it finished); `arg` is its header,
+    /// or 0 in a sampled recording (format 13 on): it ends the innermost task
+    /// poll open on its thread, as it always did for the analyzer, and its
+    /// header repeated its entry's, 7 bytes of every poll kept.
     /// Both are entries, not returns: no uretprobe on tokio's poll path.
     TaskPollEnd = 7,
 }

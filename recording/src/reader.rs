@@ -231,7 +231,12 @@ impl<R: Read> RecordingReader<R> {
             ) {
                 Ok(mut records) => {
                     if self.version >= 10 {
-                        crate::timestamps::decode(&mut records);
+                        let unit = if self.version >= 13 {
+                            self.header.time_unit_ns()
+                        } else {
+                            1
+                        };
+                        crate::timestamps::decode(&mut records, unit);
                     }
                     self.batch = records.into_iter();
                     true

@@ -52,15 +52,16 @@ fn sample(n: u64) -> Vec<Record> {
                     id: i as u32,
                     frames: vec![i, i + 1],
                 },
+                // Whole microseconds: the header is a sampled recording's.
                 Record::Alloc {
-                    ts: i,
+                    ts: i * 1_000,
                     tid: 7,
                     addr: 0x1000 + i,
                     size: 16,
                     stack: Some(i as u32),
                 },
                 Record::Free {
-                    ts: i + 1,
+                    ts: (i + 1) * 1_000,
                     tid: 7,
                     addr: 0x1000 + i,
                 },
@@ -625,4 +626,42 @@ fn a_version_9_frame_reads_its_times_whole() {
     drop(writer);
     let reader = RecordingReader::new(&today[..], Path::new("v10.lsrec")).unwrap();
     assert_eq!(reader.collect::<Vec<_>>(), records);
+}
+
+/// Since format 13 a sampled recording's times are microseconds, floored; a
+/// recording of every call keeps nanoseconds, and a sampled one of format 12
+/// reads its nanoseconds whole.
+#[test]
+fn a_sampled_recording_keeps_microseconds_and_one_of_every_call_nanoseconds() {
+    let record = |ts| Record::Free {
+        ts,
+        tid: 7,
+        addr: 0x1000,
+    };
+    let written = [record(5_000_123_456), record(5_000_124_999)];
+    let read_back = |header: &Header| {
+        let mut bytes = Vec::new();
+        let mut writer = RecordingWriter::new(&mut bytes, header).unwrap();
+        for r in &written {
+            writer.push(r.clone()).unwrap();
+        }
+        writer.flush().unwrap();
+        drop(writer);
+        let reader = RecordingReader::new(&bytes[..], Path::new("t.lsrec")).unwrap();
+        reader.filter_map(|r| r.ts()).collect::<Vec<_>>()
+    };
+    assert_eq!(read_back(&header()), [5_000_123_000, 5_000_124_000]);
+    let every = Header {
+        sampling: crate::sampling::Sampling::Every,
+        ..header()
+    };
+    assert_eq!(read_back(&every), [5_000_123_456, 5_000_124_999]);
+
+    let mut records = written.to_vec();
+    crate::timestamps::encode(&mut records, 1);
+    let mut bytes = file_with_header(12, &header());
+    let body = zstd::encode_all(&postcard::to_stdvec(&records).unwrap()[..], 1).unwrap();
+    push_frame(&body, &mut bytes);
+    let reader = RecordingReader::new(&bytes[..], Path::new("v12.lsrec")).unwrap();
+    assert_eq!(reader.collect::<Vec<_>>(), written);
 }

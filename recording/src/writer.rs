@@ -68,6 +68,11 @@ pub struct RecordingWriter<W: Write = BufWriter<File>> {
     /// [`SAMPLED_FRAME_EVERY`], or at every tick.
     frame_every: Option<Duration>,
     last_frame: Instant,
+    /// What its times are written in ([`Header::time_unit_ns`]).
+    time_unit_ns: u64,
+    /// A sampled recording's task poll ends are written without their
+    /// header ([`coalesce::shorten_poll_ends`](super::coalesce::shorten_poll_ends)).
+    sampled: bool,
 }
 
 impl RecordingWriter<BufWriter<File>> {
@@ -101,6 +106,8 @@ impl<W: Write> RecordingWriter<W> {
             coalescer: sampled.then(Coalescer::default),
             frame_every: sampled.then_some(SAMPLED_FRAME_EVERY),
             last_frame: Instant::now(),
+            time_unit_ns: header.time_unit_ns(),
+            sampled,
         })
     }
 
@@ -169,7 +176,10 @@ impl<W: Write> RecordingWriter<W> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        super::timestamps::encode(&mut self.pending);
+        if self.sampled {
+            super::coalesce::shorten_poll_ends(&mut self.pending);
+        }
+        super::timestamps::encode(&mut self.pending, self.time_unit_ns);
         self.encoded.clear();
         super::encode::records(&self.pending, &mut self.encoded)?;
         // The payload is compressed straight into the frame, after room for

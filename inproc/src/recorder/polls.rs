@@ -2,7 +2,8 @@
 //!
 //! A sampled recording keeps a poll (a task's, a session span's) only when it
 //! holds a record of its own or says something new of its object
-//! (`leakscope_recording::coalesce`: the first two polls, then one a second).
+//! (`leakscope_recording::coalesce`: a task's first poll, a session's first
+//! two, then one a second; a free holds none).
 //! The writer applies that rule to every batch, but each poll it drops was
 //! first pushed under the buffer's lock and converted: on the fixture server
 //! at saturation ~56 events a session reached the buffer for ~15 records
@@ -18,7 +19,7 @@
 
 use std::cell::RefCell;
 
-use leakscope_recording::coalesce::PollsKept;
+use leakscope_recording::coalesce::{Object, PollsKept};
 use leakscope_recording::monotonic_ns;
 
 use super::buffer::{RawEvent, RawKind, Shared, push};
@@ -135,7 +136,7 @@ pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKep
     .flatten();
     match found {
         Some((open, true)) => kept.keep(open.ts),
-        Some((open, false)) if !kept.redundant(open.ts) => {
+        Some((open, false)) if !kept.redundant(object_of(exit), open.ts) => {
             kept.keep(open.ts);
             // The polls around it hold it: they go first.
             write_waiting(shared);
@@ -147,6 +148,14 @@ pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKep
         None => write_waiting(shared),
     }
     push(shared, RawEvent::at(exit, key, ts));
+}
+
+/// Whose poll `exit` ends: a task's, or a session span's.
+fn object_of(exit: RawKind) -> Object {
+    match exit {
+        RawKind::TaskPollEnd => Object::Task,
+        _ => Object::Session,
+    }
 }
 
 fn entry_of(exit: RawKind) -> RawKind {
@@ -211,7 +220,8 @@ mod tests {
 
     /// The polls of the module docs: a span polled five times with nothing
     /// inside, then once around a fact; a task whose third poll holds a new
-    /// span's first poll, and whose fourth holds an empty, redundant one.
+    /// span's first poll, and whose fourth holds an empty, redundant one (a
+    /// task's first poll is kept, a session's first two).
     fn polls() {
         let (mut one, mut three, mut nine) = Default::default();
         // (A task whose birth a sampled recording lacks has no polls kept.)
@@ -233,8 +243,9 @@ mod tests {
             "task 9", // its birth
             "enter 1", "exit 1", "enter 1", "exit 1", // the first two
             "enter 1", "id s", "exit 1", // the one that holds a fact
-            "poll 9", "end 9", "poll 9", "end 9", // the task's first two
-            "poll 9", "enter 3", "exit 3", "end 9", // one that holds a kept poll
+            // (A sampled recording's poll ends are written without their task.)
+            "poll 9", "end 0", // the task's first
+            "poll 9", "enter 3", "exit 3", "end 0", // one that holds a kept poll
         ];
         assert_eq!(recorded, expected);
     }
