@@ -92,8 +92,9 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 /// * 13: a sampled recording writes its times in microseconds
 ///   ([`Header::time_unit_ns`], see `timestamps`), and its task polls' ends
 ///   without their header (`arg` 0: the innermost task poll open on the
-///   thread). A third off a day of session churn. Version 12 reads as is,
-///   in nanoseconds.
+///   thread), and its records frames are the flushes of one zstd stream
+///   (the writer's `Compression::Stream`). Version 12 reads as is, in
+///   nanoseconds.
 pub const FORMAT_VERSION: u32 = 13;
 
 /// The oldest format version this reader still reads.

@@ -60,6 +60,11 @@ struct Unzip {
     decoded: u64,
     /// Records decoded so far, across every frame (see [`record_budget`]).
     records: u64,
+    /// A sampled recording's frames since format 13: flushes of one zstd
+    /// stream, decoded in order by one context (the writer's `Compression`).
+    stream: Option<zstd::stream::raw::Decoder<'static>>,
+    /// Whether the frames are so.
+    streamed: bool,
 }
 
 /// What a whole file may decompress to, given the `read` bytes of it so far:
@@ -163,6 +168,7 @@ impl<R: Read> RecordingReader<R> {
                 });
             }
         };
+        let streamed = found >= 13 && header.sampling.is_sampled();
         Ok(Self {
             input,
             header,
@@ -170,7 +176,10 @@ impl<R: Read> RecordingReader<R> {
             batch: Vec::new().into_iter(),
             offset,
             tail: None,
-            unzip: Unzip::default(),
+            unzip: Unzip {
+                streamed,
+                ..Unzip::default()
+            },
         })
     }
 
@@ -352,6 +361,26 @@ fn decode_plain(
             budget >> 20
         )
     };
+    if unzip.streamed {
+        let cap = u64::from(MAX_FRAME_BYTES).min(left);
+        let plain = std::mem::take(&mut unzip.plain);
+        let plain = streamed(bytes, unzip, plain, cap);
+        let records = plain.as_deref().map_err(Clone::clone).and_then(|plain| {
+            if plain.len() as u64 > cap {
+                return Err(if cap < u64::from(MAX_FRAME_BYTES) {
+                    over_budget()
+                } else {
+                    format!("a frame expands past {MAX_FRAME_BYTES} bytes")
+                });
+            }
+            records_of(plain, records_left)
+        });
+        if let Ok(plain) = plain {
+            unzip.decoded += (plain.len() as u64).min(cap);
+            unzip.plain = plain;
+        }
+        return records;
+    }
     // The writer's frames say how big they expand: decompress in one call.
     if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(bytes) {
         if size > u64::from(MAX_FRAME_BYTES) {
@@ -443,4 +472,39 @@ fn read_up_to(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(got)
+}
+
+/// The plaintext of a sampled recording's frame since format 13: the next
+/// part of the file's one zstd stream (or a whole zstd frame: a cooperative
+/// target's stored ones), decoded into `plain` up to just past `cap` bytes.
+fn streamed(
+    bytes: &[u8],
+    unzip: &mut Unzip,
+    mut plain: Vec<u8>,
+    cap: u64,
+) -> Result<Vec<u8>, String> {
+    use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+    let zstd = |e: io::Error| format!("zstd: {e}");
+    let decoder = match &mut unzip.stream {
+        Some(decoder) => decoder,
+        empty => empty.insert(Decoder::new().map_err(zstd)?),
+    };
+    plain.clear();
+    let mut input = InBuffer::around(bytes);
+    loop {
+        if plain.capacity() - plain.len() < 64 << 10 {
+            plain.reserve(256 << 10);
+        }
+        let at = plain.len();
+        let mut output = OutBuffer::around_pos(&mut plain, at);
+        decoder.run(&mut input, &mut output).map_err(zstd)?;
+        let full = output.pos() == output.capacity();
+        if plain.len() as u64 > cap {
+            return Ok(plain);
+        }
+        // All of the frame read, and all it holds written out.
+        if input.pos() == bytes.len() && !full {
+            return Ok(plain);
+        }
+    }
 }
