@@ -45,7 +45,6 @@ pub(crate) enum RawKind {
     TaskEnded,
 }
 
-/// An event in the buffer: what [`push`] was given, and the stack in place.
 #[derive(Clone, Copy)]
 pub(crate) struct RawEvent {
     pub(super) kind: RawKind,
@@ -57,29 +56,11 @@ pub(crate) struct RawEvent {
     /// Realloc: when it was entered (see `Record::Realloc::entry_ts`).
     pub(super) entry_ts: u64,
     pub(super) depth: u8,
-    /// `frames[..depth]` are the stack; the rest is an earlier event's.
     pub(super) frames: [u64; DEPTH],
 }
 
-/// An event as a recording thread makes it: a [`RawEvent`] without its
-/// stack, which [`push`] copies in beside it. Most events have none (polls,
-/// frees, scopes), and a whole `RawEvent` made on the stack, its 192 bytes
-/// of frames zeroed and then moved into the buffer, was ~40 instructions of
-/// memset and memcpy an event (callgrind, a session of rmcp's stock
-/// service recorded sampled: ~90 events).
-#[derive(Clone, Copy)]
-pub(crate) struct Event {
-    pub(super) kind: RawKind,
-    pub(super) tid: u32,
-    pub(super) ts: u64,
-    pub(super) addr: u64,
-    pub(super) old: u64,
-    pub(super) size: u64,
-    pub(super) entry_ts: u64,
-}
-
-impl Event {
-    /// An event of this thread, made at `ts`.
+impl RawEvent {
+    /// An event of this thread with no stack, made at `ts`.
     pub(super) fn at(kind: RawKind, addr: u64, ts: u64) -> Self {
         Self {
             kind,
@@ -89,6 +70,8 @@ impl Event {
             old: 0,
             size: 0,
             entry_ts: 0,
+            depth: 0,
+            frames: [0; DEPTH],
         }
     }
 }
@@ -176,7 +159,7 @@ pub fn unwritten_events() -> usize {
 /// Whether recording is still on is read under the buffer's lock: the
 /// writer's last swap is taken under it after recording is off, so no event
 /// lands in the buffer after it, unread and uncounted.
-pub(super) fn push(shared: &Shared, event: Event, frames: &[u64]) -> bool {
+pub(super) fn push(shared: &Shared, event: RawEvent) -> bool {
     let mut buffer = lock(&shared.buffer);
     loop {
         if !recording() {
@@ -184,8 +167,7 @@ pub(super) fn push(shared: &Shared, event: Event, frames: &[u64]) -> bool {
         }
         let len = buffer.len();
         if len < buffer.capacity() {
-            // SAFETY: there is room (just above).
-            unsafe { write_at(&mut buffer, event, frames) };
+            buffer.push(event);
             if len + 1 == buffer.capacity() / 2 {
                 shared.drain.notify_one();
             }
@@ -207,44 +189,7 @@ pub(super) fn push(shared: &Shared, event: Event, frames: &[u64]) -> bool {
     }
 }
 
-/// Appends `event` and its stack `frames` (cut at [`DEPTH`]) to `buffer`,
-/// writing in place only what they hold (not the frames past the stack).
-///
-/// # Safety
-/// `buffer` has room for one more event.
-#[inline]
-unsafe fn write_at(buffer: &mut Vec<RawEvent>, event: Event, frames: &[u64]) {
-    let len = buffer.len();
-    let frames = &frames[..frames.len().min(DEPTH)];
-    // SAFETY: the slot is within the buffer's capacity (the caller's), and every
-    // byte of it is initialized: every event buffer is made by
-    // `event_buffer`, zeroed whole, and never reallocated (it is swapped
-    // whole with the writer's, made the same way), so the frames this event
-    // does not write still hold an earlier event's, or zeros. Its fields are
-    // written through raw pointers, the frames copied from a slice that
-    // cannot overlap the buffer (the caller's stack).
-    unsafe {
-        let slot = buffer.as_mut_ptr().add(len);
-        (&raw mut (*slot).kind).write(event.kind);
-        (&raw mut (*slot).tid).write(event.tid);
-        (&raw mut (*slot).ts).write(event.ts);
-        (&raw mut (*slot).addr).write(event.addr);
-        (&raw mut (*slot).old).write(event.old);
-        (&raw mut (*slot).size).write(event.size);
-        (&raw mut (*slot).entry_ts).write(event.entry_ts);
-        (&raw mut (*slot).depth).write(frames.len() as u8);
-        std::ptr::copy_nonoverlapping(
-            frames.as_ptr(),
-            (&raw mut (*slot).frames).cast::<u64>(),
-            frames.len(),
-        );
-        buffer.set_len(len + 1);
-    }
-}
-
-/// An empty event buffer whose pages are all touched already, and whose
-/// every slot is initialized (zeros): [`write_at`] writes an event's stack
-/// only as deep as it goes.
+/// An empty event buffer whose pages are all touched already.
 pub(super) fn event_buffer() -> Vec<RawEvent> {
     let mut buffer = Vec::<RawEvent>::with_capacity(BUFFER_EVENTS);
     // SAFETY: writes zeros within the buffer's capacity, which it owns; the

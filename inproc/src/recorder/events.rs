@@ -6,7 +6,7 @@ use leakscope_recording::monotonic_ns;
 
 use leakscope_recording::coalesce::PollsKept;
 
-use super::buffer::{Event, RawKind, Shared, lock, push, shared, tid};
+use super::buffer::{RawEvent, RawKind, Shared, lock, push, shared, tid};
 use super::mode::{Mode, mode};
 use super::{own, polls};
 use crate::stack::{DEPTH, walk};
@@ -28,28 +28,28 @@ fn guarded(f: impl FnOnce(&Shared)) {
     own::leave();
 }
 
-/// Pushes an event of this thread with its stack `frames`: after the poll
-/// entries it is inside of that wait (see `polls`).
-fn record(shared: &Shared, event: Event, frames: &[u64]) -> bool {
+/// Pushes an event of this thread: after the poll entries it is inside of
+/// that wait (see `polls`).
+fn record(shared: &Shared, event: RawEvent) -> bool {
     polls::write_waiting(shared);
-    push(shared, event, frames)
+    push(shared, event)
 }
 
-/// Walks this thread's stack, then records the event `made` then (its time
-/// after the walk).
-fn record_with_stack(shared: &Shared, made: impl FnOnce() -> Event) -> bool {
+fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
+    event_entered(kind, addr, old, size, with_stack, 0)
+}
+
+fn event_entered(
+    kind: RawKind,
+    addr: u64,
+    old: u64,
+    size: u64,
+    with_stack: bool,
+    entry_ts: u64,
+) -> RawEvent {
     let mut frames = [0u64; DEPTH];
-    let depth = walk(&mut frames);
-    record(shared, made(), &frames[..depth])
-}
-
-/// An event of this thread made now.
-fn event(kind: RawKind, addr: u64, old: u64, size: u64) -> Event {
-    event_entered(kind, addr, old, size, 0)
-}
-
-fn event_entered(kind: RawKind, addr: u64, old: u64, size: u64, entry_ts: u64) -> Event {
-    Event {
+    let depth = if with_stack { walk(&mut frames) } else { 0 };
+    RawEvent {
         kind,
         tid: tid(),
         ts: monotonic_ns(),
@@ -57,6 +57,8 @@ fn event_entered(kind: RawKind, addr: u64, old: u64, size: u64, entry_ts: u64) -
         old,
         size,
         entry_ts,
+        depth: depth as u8,
+        frames,
     }
 }
 
@@ -71,9 +73,9 @@ fn event_entered(kind: RawKind, addr: u64, old: u64, size: u64, entry_ts: u64) -
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
     guarded(|shared| {
         if kind == RawKind::Free {
-            push(shared, event(kind, addr, old, size), &[]);
+            push(shared, event(kind, addr, old, size, false));
         } else {
-            record_with_stack(shared, || event(kind, addr, old, size));
+            record(shared, event(kind, addr, old, size, true));
         }
     });
 }
@@ -81,9 +83,10 @@ pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
 /// Called by the allocator after a realloc that was entered at `entry_ts`.
 pub(crate) fn record_realloc(new: u64, old: u64, size: u64, entry_ts: u64) {
     guarded(|shared| {
-        record_with_stack(shared, || {
-            event_entered(RawKind::Realloc, new, old, size, entry_ts)
-        });
+        record(
+            shared,
+            event_entered(RawKind::Realloc, new, old, size, true, entry_ts),
+        );
     });
 }
 
@@ -95,7 +98,7 @@ pub(crate) fn now_ns() -> u64 {
 /// Called by the session layer: a session span's end, a task's.
 pub(crate) fn record_scope(kind: RawKind, key: u64) {
     guarded(|shared| {
-        record(shared, event(kind, key, 0, 0), &[]);
+        record(shared, event(kind, key, 0, 0, false));
     });
 }
 
@@ -115,7 +118,7 @@ pub(crate) fn record_poll_end(kind: RawKind, key: u64, kept: &mut PollsKept) {
 /// was just made); the stack says by whom.
 pub(crate) fn record_task_spawned(key: u64) {
     guarded(|shared| {
-        record_with_stack(shared, || event(RawKind::TaskSpawned, key, 0, 0));
+        record(shared, event(RawKind::TaskSpawned, key, 0, 0, true));
     });
 }
 
@@ -135,7 +138,7 @@ pub(crate) fn record_session_created(id: &str) {
 fn record_fact(kind: RawKind, id: &str) {
     guarded(|shared| {
         let index = lock(&shared.facts).push(id.to_owned());
-        if !record(shared, event(kind, index, 0, 0), &[]) {
+        if !record(shared, event(kind, index, 0, 0, false)) {
             // Dropped: nobody will take it.
             lock(&shared.facts).take(index);
         }
@@ -152,7 +155,7 @@ static TRACE_ORIGIN: AtomicU64 = AtomicU64::new(0);
 pub(crate) fn set_trace_origin(ts: u64) {
     TRACE_ORIGIN.store(ts, Ordering::SeqCst);
     guarded(|shared| {
-        record(shared, event(RawKind::TraceOrigin, ts, 0, 0), &[]);
+        record(shared, event(RawKind::TraceOrigin, ts, 0, 0, false));
     });
 }
 

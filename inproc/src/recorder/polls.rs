@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use leakscope_recording::coalesce::{Object, PollsKept};
 use leakscope_recording::monotonic_ns;
 
-use super::buffer::{Event, RawKind, Shared, push};
+use super::buffer::{RawEvent, RawKind, Shared, push};
 use super::sampler;
 
 /// Polls open at once on a thread that can wait; deeper ones are written at
@@ -84,7 +84,7 @@ pub(super) fn write_waiting(shared: &Shared) {
     }
     with_polls(|polls| {
         for open in &polls.open[polls.written..polls.len] {
-            push(shared, Event::at(open.kind, open.key, open.ts), &[]);
+            push(shared, RawEvent::at(open.kind, open.key, open.ts));
         }
         polls.written = polls.len;
     });
@@ -108,7 +108,7 @@ pub(super) fn enter(shared: &Shared, kind: RawKind, key: u64) {
         }
         write_waiting(shared);
     }
-    push(shared, Event::at(kind, key, ts), &[]);
+    push(shared, RawEvent::at(kind, key, ts));
 }
 
 /// A poll ends (`exit` is its end, `key` its object, `kept` its object's
@@ -117,7 +117,7 @@ pub(super) fn enter(shared: &Shared, kind: RawKind, key: u64) {
 pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKept) {
     let ts = monotonic_ns();
     if !sampler::sampling() {
-        push(shared, Event::at(exit, key, ts), &[]);
+        push(shared, RawEvent::at(exit, key, ts));
         return;
     }
     let entry = entry_of(exit);
@@ -140,14 +140,14 @@ pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKep
             kept.keep(open.ts);
             // The polls around it hold it: they go first.
             write_waiting(shared);
-            push(shared, Event::at(open.kind, open.key, open.ts), &[]);
+            push(shared, RawEvent::at(open.kind, open.key, open.ts));
         }
         Some((_, false)) => return,
         // Entered before this recording, or deeper than it waits: written as
         // it was, inside the polls around it.
         None => write_waiting(shared),
     }
-    push(shared, Event::at(exit, key, ts), &[]);
+    push(shared, RawEvent::at(exit, key, ts));
 }
 
 /// Whose poll `exit` ends: a task's, or a session span's.
