@@ -124,22 +124,6 @@ fn tid_of(record: &Record) -> Option<u32> {
     }
 }
 
-/// Writes each task poll's end of a sampled recording's `batch` without its
-/// header (format 13): it ends the innermost task poll open on its thread,
-/// which is all the analyzer reads of it, and repeated its entry's 7 bytes.
-pub fn shorten_poll_ends(batch: &mut [Record]) {
-    for record in batch {
-        if let Record::Scope {
-            kind: ScopeKind::TaskPollEnd,
-            arg,
-            ..
-        } = record
-        {
-            *arg = 0;
-        }
-    }
-}
-
 /// Which of an object's polls were kept: the rule of the module docs, for
 /// one object.
 #[derive(Debug, Clone, Copy, Default)]
@@ -528,7 +512,7 @@ mod tests {
                 scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0),
             ]);
         }
-        shorten_poll_ends(&mut batch);
+        crate::coding::bare_poll_ends(&mut batch);
         c.coalesce(&mut batch);
         // Each task's first poll (the inner one inside the outer, which holds
         // it); the next two of each dropped whole.

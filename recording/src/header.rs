@@ -164,14 +164,6 @@ pub struct Identity {
 }
 
 impl Header {
-    /// The unit, in nanoseconds, its records' times are written in (format
-    /// 13): a sampled recording's are microseconds, a recording of every
-    /// call's nanoseconds (see `timestamps`). A time read back is floored to
-    /// it.
-    pub fn time_unit_ns(&self) -> u64 {
-        if self.sampling.is_sampled() { 1000 } else { 1 }
-    }
-
     /// The header of a recording of `target` that starts now. `producer_version`
     /// names the producing tool for reports (e.g. `leakscope-probe 0.1.0`).
     pub fn new(

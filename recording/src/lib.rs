@@ -21,6 +21,7 @@
 //! before decoding anything. `docs/recording-format.md` is the reference.
 
 pub mod coalesce;
+mod coding;
 pub mod control;
 mod demangle;
 mod encode;
@@ -90,7 +91,7 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   cache-line pair, in both modes: tokio's task cells and channels).
 ///   Version 11 reads as is.
 /// * 13: a sampled recording writes its times in microseconds
-///   ([`Header::time_unit_ns`], see `timestamps`), and its task polls' ends
+///   (see `coding`, `timestamps`), and its task polls' ends
 ///   without their header (`arg` 0: the innermost task poll open on the
 ///   thread), and its records frames are the flushes of one zstd stream
 ///   (the writer's `Compression::Stream`). Version 12 reads as is, in

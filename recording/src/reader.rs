@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::coding::Coding;
 use super::legacy::{HeaderV1, HeaderV4, HeaderV7, HeaderV8, HeaderV10, RecordV1};
 use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, OLDEST_FORMAT_VERSION, Record};
 
@@ -44,6 +45,8 @@ pub struct RecordingReader<R: Read = BufReader<File>> {
     header: Header,
     /// The format version the file was written in.
     version: u32,
+    /// How that version codes this recording's records.
+    coding: Coding,
     batch: std::vec::IntoIter<Record>,
     offset: u64,
     tail: Option<Tail>,
@@ -63,7 +66,7 @@ struct Unzip {
     /// A sampled recording's frames since format 13: flushes of one zstd
     /// stream, decoded in order by one context (the writer's `Compression`).
     stream: Option<zstd::stream::raw::Decoder<'static>>,
-    /// Whether the frames are so.
+    /// Whether the frames are so ([`Coding::streamed`]).
     streamed: bool,
 }
 
@@ -168,16 +171,17 @@ impl<R: Read> RecordingReader<R> {
                 });
             }
         };
-        let streamed = found >= 13 && header.sampling.is_sampled();
+        let coding = Coding::of(found, &header);
         Ok(Self {
             input,
             header,
             version: found,
+            coding,
             batch: Vec::new().into_iter(),
             offset,
             tail: None,
             unzip: Unzip {
-                streamed,
+                streamed: coding.streamed,
                 ..Unzip::default()
             },
         })
@@ -239,14 +243,7 @@ impl<R: Read> RecordingReader<R> {
                 },
             ) {
                 Ok(mut records) => {
-                    if self.version >= 10 {
-                        let unit = if self.version >= 13 {
-                            self.header.time_unit_ns()
-                        } else {
-                            1
-                        };
-                        crate::timestamps::decode(&mut records, unit);
-                    }
+                    self.coding.read(&mut records);
                     self.batch = records.into_iter();
                     true
                 }

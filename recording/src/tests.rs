@@ -2,7 +2,7 @@ use std::path::Path;
 
 use super::*;
 
-fn header() -> Header {
+pub(crate) fn header() -> Header {
     Header {
         producer: Producer::Ebpf,
         producer_version: "test".into(),

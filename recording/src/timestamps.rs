@@ -10,7 +10,7 @@
 //! like any other.
 //!
 //! Since format 13 a sampled recording writes its times to the microsecond
-//! ([`crate::Header::time_unit_ns`]): the differences are of whole
+//! (`Coding::time_unit_ns` in `coding`): the differences are of whole
 //! microseconds, and a time reads back floored to one. The nanoseconds were
 //! half of a day of session churn's compressed bytes (their low digits are
 //! noise zstd cannot share), and a third came off it without them

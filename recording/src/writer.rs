@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::coalesce::Coalescer;
+use super::coding::Coding;
 use super::{FORMAT_VERSION, Header, MAGIC, Record, StackId};
 
 /// Records per frame at most; a frame is also cut by every [`RecordingWriter::flush`].
@@ -67,11 +68,8 @@ pub struct RecordingWriter<W: Write = BufWriter<File>> {
     /// [`SAMPLED_FRAME_EVERY`], or at every tick.
     frame_every: Option<Duration>,
     last_frame: Instant,
-    /// What its times are written in ([`Header::time_unit_ns`]).
-    time_unit_ns: u64,
-    /// A sampled recording's task poll ends are written without their
-    /// header ([`coalesce::shorten_poll_ends`](super::coalesce::shorten_poll_ends)).
-    sampled: bool,
+    /// How this format codes the records (see [`Coding`]).
+    coding: Coding,
 }
 
 impl RecordingWriter<BufWriter<File>> {
@@ -89,12 +87,13 @@ impl<W: Write> RecordingWriter<W> {
         let payload = postcard::to_stdvec(header).map_err(io::Error::other)?;
         write_frame(&mut out, &payload)?;
         out.flush()?;
-        let sampled = header.sampling.mean_bytes().is_some();
+        let coding = Coding::of(FORMAT_VERSION, header);
+        let sampled = header.sampling.is_sampled();
         Ok(Self {
             out,
             pending: Vec::with_capacity(FRAME_RECORDS),
             frames: 0,
-            compression: if sampled {
+            compression: if coding.streamed {
                 Compression::Stream(zstd::stream::raw::Encoder::new(SAMPLED_ZSTD_LEVEL)?)
             } else {
                 Compression::Frames(zstd::bulk::Compressor::new(ZSTD_LEVEL)?)
@@ -105,8 +104,7 @@ impl<W: Write> RecordingWriter<W> {
             coalescer: sampled.then(Coalescer::default),
             frame_every: sampled.then_some(SAMPLED_FRAME_EVERY),
             last_frame: Instant::now(),
-            time_unit_ns: header.time_unit_ns(),
-            sampled,
+            coding,
         })
     }
 
@@ -175,10 +173,7 @@ impl<W: Write> RecordingWriter<W> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        if self.sampled {
-            super::coalesce::shorten_poll_ends(&mut self.pending);
-        }
-        super::timestamps::encode(&mut self.pending, self.time_unit_ns);
+        self.coding.write(&mut self.pending);
         self.encoded.clear();
         super::encode::records(&self.pending, &mut self.encoded)?;
         // The payload is compressed straight into the frame, after room for

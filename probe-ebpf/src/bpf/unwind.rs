@@ -21,11 +21,12 @@ use aya_ebpf::helpers::bpf_probe_read_user;
 use aya_ebpf::helpers::generated::bpf_loop;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::Array;
+use leakscope_probe_ebpf::trampoline::{self, Seen};
 use leakscope_probe_ebpf::unwind::{
     Cut, ExecMapping, Frame, MAPPING_SEARCH_STEPS, MAX_EXEC_MAPPINGS, ROWS_PER_CHUNK, SEARCH_STEPS,
     Source, Step, UnwindRow, step,
 };
-use leakscope_probe_ebpf::{MAX_STACK_DEPTH, STACK_WINDOW_BYTES, TRAMPOLINE_SLOT_MARK, trampoline};
+use leakscope_probe_ebpf::{MAX_STACK_DEPTH, STACK_WINDOW_BYTES, TRAMPOLINE_SLOT_MARK};
 
 use super::walk::{
     PAGE, UPROBE_TRAMPOLINE, USER_END, USER_START, WALKER, WINDOW, WINDOW_WORDS, read_window,
@@ -472,8 +473,8 @@ unsafe extern "C" fn unwind_frame(_index: u64, context: *mut c_void) -> i64 {
     let slot = (filled as usize) & (MAX_STACK_DEPTH - 1);
     let walk = reader.walk;
     let mut next = next;
-    let trampoline = next.pc >= walk.trampoline_start && next.pc < walk.trampoline_end;
-    if trampoline || walk.trampoline_start == 0 {
+    let seen = trampoline::seen(walk.trampoline_start, walk.trampoline_end, next.pc);
+    if seen != Seen::NotIt {
         // A probed function's return address, hidden by the trampoline:
         // the one its entry kept, else where it was read, marked, for
         // userspace to put back (the walk cannot go on from the
@@ -481,7 +482,7 @@ unsafe extern "C" fn unwind_frame(_index: u64, context: *mut c_void) -> i64 {
         // the trampoline is, any frame may be one: its slot is looked up.
         match hidden_return(walk.tid as u32, next.sp - 8) {
             Some(ret) => next.pc = ret,
-            None if !trampoline => {}
+            None if seen == Seen::Maybe => {}
             None => {
                 // SAFETY: `stack` is the reserved record's.
                 unsafe { (*stack)[slot] = (next.sp - 8) | TRAMPOLINE_SLOT_MARK };

@@ -140,7 +140,7 @@ pub(super) unsafe fn walk_frame_pointers(
         // In place of a return address in the trampoline, where it was
         // read: userspace puts back the real one, which the probed
         // function's entry sent from that very slot (see `trampoline`).
-        let frame = if ret >= start && ret < end {
+        let frame = if trampoline::seen(start, end, ret) == trampoline::Seen::It {
             (fp + 8) | TRAMPOLINE_SLOT_MARK
         } else {
             ret
