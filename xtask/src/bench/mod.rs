@@ -100,6 +100,10 @@ enum Section {
     /// Sampled at the default mean, left on: detection time and estimate on
     /// the cache server in both modes, the disk a day takes, a day read.
     AlwaysOn,
+    /// The saturation rounds alone: the sampled modes' throughput beside the
+    /// unprobed server's, fresh servers alternating (part of a whole run's
+    /// server section; alone with `--only saturation`).
+    Saturation,
     /// Instructions per session under callgrind: the cooperative build off
     /// and sampled beside the unprobed server (part of a whole run's server
     /// section; alone with `--only instructions`).
@@ -129,7 +133,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let bin = crate::build::release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
     let inproc_target = target_dir().join("bench-inproc");
     let (inproc_alloc_bench, inproc_server) =
-        if wanted(Section::InProcess) || wanted(Section::Server) {
+        if wanted(Section::InProcess) || wanted(Section::Server) || wanted(Section::Saturation) {
             (
                 build_inproc_alloc_bench(&inproc_target)?,
                 build_inproc_server(&inproc_target)?,
@@ -229,6 +233,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         } else {
             Outcome::of(server_programs(&env))
         });
+    }
+    if !args.only.is_empty() && wanted(Section::Saturation) && !wanted(Section::Server) {
+        let env = ServerEnv {
+            bin: &bin,
+            inproc_server: &inproc_server,
+            probe: &probe,
+            scratch: &scratch,
+            seconds: args.load_seconds.unwrap_or(10),
+            loads: &[],
+        };
+        results.saturation_rounds = Some(Outcome::of(saturation::saturation_rounds(
+            &env,
+            rounds,
+        )));
     }
     if wanted(Section::Instructions) {
         let env = ServerEnv {

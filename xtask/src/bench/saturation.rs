@@ -36,6 +36,7 @@ pub(super) fn saturation_rounds(env: &ServerEnv, rounds: usize) -> Result<Satura
     };
     let mut sessions_per_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut cpu: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut tool_cpu: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..rounds {
         let mut order = TOOLS.to_vec();
         if round % 2 == 1 {
@@ -49,11 +50,20 @@ pub(super) fn saturation_rounds(env: &ServerEnv, rounds: usize) -> Result<Satura
                 .get(&load_key(None))
                 .context("no saturation row")?;
             let rate = row.sessions_per_s.context("churn reported no time")?;
+            let tool_ms = row
+                .tool_cpu_s
+                .map(|s| s * 1e3 / row.sessions.max(1.0));
             eprintln!(
-                "saturation round {round}: {}: {rate:.0} sessions/s, {:.3} ms CPU per session",
+                "saturation round {round}: {}: {rate:.0} sessions/s, {:.3} ms CPU per session{}",
                 tool.key(),
-                row.server_cpu_ms_per_session
+                row.server_cpu_ms_per_session,
+                tool_ms
+                    .map(|ms| format!(" (and {ms:.3} ms in the tool's own process)"))
+                    .unwrap_or_default()
             );
+            if let Some(ms) = tool_ms {
+                tool_cpu.entry(tool.key().into()).or_default().push(ms);
+            }
             sessions_per_s
                 .entry(tool.key().into())
                 .or_default()
@@ -85,6 +95,7 @@ pub(super) fn saturation_rounds(env: &ServerEnv, rounds: usize) -> Result<Satura
         rounds,
         sessions_per_s,
         server_cpu_ms_per_session: cpu,
+        tool_cpu_ms_per_session: tool_cpu,
         vs_unprobed,
     })
 }

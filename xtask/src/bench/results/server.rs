@@ -87,6 +87,13 @@ pub(crate) struct SaturationRounds {
     pub sessions_per_s: BTreeMap<String, Vec<f64>>,
     /// Per tool key: the server's CPU ms per session, one per round.
     pub server_cpu_ms_per_session: BTreeMap<String, Vec<f64>>,
+    /// Per tool key with a process of its own (the probe, attached or
+    /// relaying a cooperative target's stream): its CPU ms per session, one
+    /// per round. On this 2-core machine it runs on the cores the server
+    /// and the client share, so it costs the server's throughput as its
+    /// own CPU does. Absent from results before it was measured.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_cpu_ms_per_session: BTreeMap<String, Vec<f64>>,
     /// Per tool key but `unprobed`: its sessions/s over the unprobed server's
     /// in the same round, the median of the rounds and their range.
     pub vs_unprobed: BTreeMap<String, RoundRatio>,
