@@ -26,14 +26,16 @@ const ZSTD_LEVEL: i32 = 1;
 /// coding of format 10, a third). What a kill loses is then at most this much
 /// of the recording's end.
 pub const SAMPLED_FRAME_EVERY: Duration = Duration::from_secs(1);
-/// Level 6: the probe compresses a cooperative target's stream again at this
-/// level, on the cores the server runs on. On the frames of `fixture-server`
-/// at saturation level 9 took 1.9x the time of level 6 and wrote no fewer
-/// bytes (it was over half the probe's CPU); on the bench's day of session
-/// churn (`target/bench/disk-sessions-sampled.lsrec`), 1.5x for 1.2% fewer.
-/// Level 3 took 0.42x level 6's time on both but wrote 3-4% more, and a day
-/// must stay well under 1 GB.
-const SAMPLED_ZSTD_LEVEL: i32 = 6;
+/// Level 3: the probe compresses a cooperative target's stream again at this
+/// level, on the cores the server runs on. Measured with `cargo xtask bench
+/// --only saturation` and `--only always-on` (2026-12-04): at level 6 zstd
+/// was ~43% of the probe's CPU relaying `fixture-server` at saturation, and
+/// the probe took 0.028 ms of CPU per session (14% of what the unprobed
+/// server takes); at level 3, 0.015-0.021 ms, while a day of session churn
+/// wrote 815 MB against level 6's 812 MB in the last whole bench (within
+/// that figure's run-to-run spread). Level 9 took 1.9x level 6's time for
+/// no fewer bytes.
+const SAMPLED_ZSTD_LEVEL: i32 = 3;
 
 /// Writes a recording: header first, then records in framed batches.
 ///

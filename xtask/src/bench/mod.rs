@@ -243,10 +243,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             seconds: args.load_seconds.unwrap_or(10),
             loads: &[],
         };
-        results.saturation_rounds = Some(Outcome::of(saturation::saturation_rounds(
-            &env,
-            rounds,
-        )));
+        results.saturation_rounds = Some(Outcome::of(saturation::saturation_rounds(&env, rounds)));
     }
     if wanted(Section::Instructions) {
         let env = ServerEnv {

@@ -50,9 +50,7 @@ pub(super) fn saturation_rounds(env: &ServerEnv, rounds: usize) -> Result<Satura
                 .get(&load_key(None))
                 .context("no saturation row")?;
             let rate = row.sessions_per_s.context("churn reported no time")?;
-            let tool_ms = row
-                .tool_cpu_s
-                .map(|s| s * 1e3 / row.sessions.max(1.0));
+            let tool_ms = row.tool_cpu_s.map(|s| s * 1e3 / row.sessions.max(1.0));
             eprintln!(
                 "saturation round {round}: {}: {rate:.0} sessions/s, {:.3} ms CPU per session{}",
                 tool.key(),
