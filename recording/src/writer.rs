@@ -32,9 +32,8 @@ pub const SAMPLED_FRAME_EVERY: Duration = Duration::from_secs(1);
 /// was ~43% of the probe's CPU relaying `fixture-server` at saturation, and
 /// the probe took 0.028 ms of CPU per session (14% of what the unprobed
 /// server takes); at level 3, 0.015-0.021 ms, while a day of session churn
-/// wrote 815 MB against level 6's 812 MB in the last whole bench (within
-/// that figure's run-to-run spread). Level 9 took 1.9x level 6's time for
-/// no fewer bytes.
+/// wrote 815 MB (824 MB in the whole bench after) against level 6's 812 MB.
+/// Level 9 took 1.9x level 6's time for no fewer bytes.
 const SAMPLED_ZSTD_LEVEL: i32 = 3;
 
 /// Writes a recording: header first, then records in framed batches.

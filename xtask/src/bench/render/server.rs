@@ -236,8 +236,8 @@ pub(super) fn rounds_section(md: &mut String, rounds: &Outcome<SaturationRounds>
          rounds, each starting a fresh server per tool at saturation for {} s, the tools \
          alternating (the order reversed every other round); each ratio is taken within its \
          round, and the figure is the median of the rounds.\n\n\
-         | tool | sessions/s per round | server CPU ms per session (median) | the tool's own process, CPU ms per session (median) | vs nothing attached (median) | rounds |\n\
-         | --- | --- | ---: | ---: | ---: | --- |",
+         | tool | sessions/s per round | server CPU ms per session (median) | the tool's own process, CPU ms per session (median) | the tool's own process, CPU s per s (median) | vs nothing attached (median) | rounds |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | --- |",
         r.rounds, r.seconds
     );
     for tool in [
@@ -259,6 +259,15 @@ pub(super) fn rounds_section(md: &mut String, rounds: &Outcome<SaturationRounds>
             .get(tool.key())
             .map(|c| format!("{:.3}", crate::bench::median(c.clone())))
             .unwrap_or_else(|| "-".into());
+        // CPU seconds a second: a round's CPU per session times its sessions a second.
+        let per_s = r
+            .tool_cpu_ms_per_session
+            .get(tool.key())
+            .map(|c| {
+                let each = c.iter().zip(rates).map(|(ms, rate)| ms * rate / 1000.0);
+                format!("{:.2}", crate::bench::median(each.collect()))
+            })
+            .unwrap_or_else(|| "-".into());
         let (ratio, range) = match r.vs_unprobed.get(tool.key()) {
             Some(v) => (
                 format!("**{:.2}x**", v.median),
@@ -269,7 +278,7 @@ pub(super) fn rounds_section(md: &mut String, rounds: &Outcome<SaturationRounds>
         let rates: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
         let _ = writeln!(
             md,
-            "| {} | {} | {cpu:.2} | {own} | {ratio} | {range} |",
+            "| {} | {} | {cpu:.2} | {own} | {per_s} | {ratio} | {range} |",
             tool.label(),
             rates.join(", ")
         );
