@@ -209,57 +209,43 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             ],
         ));
     }
+    // The server sections share one environment: `seconds` and `loads` are
+    // the load's (the instructions count a fixed churn and read neither).
+    let server_env = ServerEnv {
+        bin: &bin,
+        inproc_server: &inproc_server,
+        probe: &probe,
+        scratch: &scratch,
+        seconds: args.load_seconds.unwrap_or(if args.quick { 2 } else { 10 }),
+        loads: if args.quick { &QUICK_LOADS } else { &LOADS },
+    };
     if wanted(Section::Server) {
-        let seconds = args.load_seconds.unwrap_or(if args.quick { 2 } else { 10 });
-        let env = ServerEnv {
-            bin: &bin,
-            inproc_server: &inproc_server,
-            probe: &probe,
-            scratch: &scratch,
-            seconds,
-            loads: if args.quick { &QUICK_LOADS } else { &LOADS },
-        };
-        results.server = Some(server_load(&env)?);
+        results.server = Some(server_load(&server_env)?);
+    }
+    if wanted(Section::Server) || wanted(Section::Saturation) {
         // Fewer rounds in --quick: two still give each ratio a round of its own.
         let saturation_rounds = if args.quick { 2 } else { 5 };
         results.saturation_rounds = Some(Outcome::of(saturation::saturation_rounds(
-            &env,
+            &server_env,
             saturation_rounds,
         )));
+    }
+    if wanted(Section::Server) {
         results.server_programs = Some(if args.quick {
             Outcome::Skipped {
                 skipped: "--quick".into(),
             }
         } else {
-            Outcome::of(server_programs(&env))
+            Outcome::of(server_programs(&server_env))
         });
     }
-    if !args.only.is_empty() && wanted(Section::Saturation) && !wanted(Section::Server) {
-        let env = ServerEnv {
-            bin: &bin,
-            inproc_server: &inproc_server,
-            probe: &probe,
-            scratch: &scratch,
-            seconds: args.load_seconds.unwrap_or(10),
-            loads: &[],
-        };
-        results.saturation_rounds = Some(Outcome::of(saturation::saturation_rounds(&env, rounds)));
-    }
     if wanted(Section::Instructions) {
-        let env = ServerEnv {
-            bin: &bin,
-            inproc_server: &inproc_server,
-            probe: &probe,
-            scratch: &scratch,
-            seconds: 0,
-            loads: &[],
-        };
         results.server_instructions = Some(if args.quick {
             Outcome::Skipped {
                 skipped: "--quick".into(),
             }
         } else {
-            Outcome::of(instructions::instructions(&env))
+            Outcome::of(instructions::instructions(&server_env))
         });
     }
     if wanted(Section::InProcess) {
