@@ -133,6 +133,15 @@ pub struct PollsKept {
 }
 
 impl PollsKept {
+    /// The polls of a task whose birth the recording does not hold (spawned
+    /// before it began): an empty one says nothing the analyzer can use, as
+    /// [`Coalescer`] has it, so each is redundant; one that holds a record is
+    /// still kept, by whoever decides that it holds one.
+    pub const UNBORN: PollsKept = PollsKept {
+        polls: u8::MAX,
+        last_ns: u64::MAX,
+    };
+
     /// Whether a poll of `object` entered at `ts` that holds nothing says
     /// nothing new.
     pub fn redundant(&self, object: Object, ts: u64) -> bool {

@@ -35,6 +35,26 @@ pub const SAMPLED_FRAME_EVERY: Duration = Duration::from_secs(1);
 /// wrote 815 MB (824 MB in the whole bench after) against level 6's 812 MB.
 /// Level 9 took 1.9x level 6's time for no fewer bytes.
 const SAMPLED_ZSTD_LEVEL: i32 = 3;
+/// Level 3's tables, made small ([`SAMPLED_HASH_LOG`], [`SAMPLED_CHAIN_LOG`]):
+/// 96 KiB instead of 768 KiB. The probe runs between the server's threads on
+/// the same cores, and each time it ran its tables were out of the cache: zstd
+/// compressed the stream at ~90 MB/s where `zstd -b3` does ~250, and was
+/// again over half of the probe's CPU. The records' repeats are near each
+/// other (a thread's, a session's), so the small tables lose nothing: on 40
+/// MB of a saturation recording's records, 11.72 MB against level 3's 11.78
+/// (`zstd --zstd=strategy=2,wlog=21,hlog=14,clog=13,slog=1,mml=5`), level 1
+/// 12.80.
+const SAMPLED_HASH_LOG: u32 = 14;
+const SAMPLED_CHAIN_LOG: u32 = 13;
+
+/// The compressor of a sampled recording's stream (see [`SAMPLED_HASH_LOG`]).
+fn sampled_encoder() -> io::Result<zstd::stream::raw::Encoder<'static>> {
+    use zstd::zstd_safe::CParameter;
+    let mut encoder = zstd::stream::raw::Encoder::new(SAMPLED_ZSTD_LEVEL)?;
+    encoder.set_parameter(CParameter::HashLog(SAMPLED_HASH_LOG))?;
+    encoder.set_parameter(CParameter::ChainLog(SAMPLED_CHAIN_LOG))?;
+    Ok(encoder)
+}
 
 /// Writes a recording: header first, then records in framed batches.
 ///
@@ -95,7 +115,7 @@ impl<W: Write> RecordingWriter<W> {
             pending: Vec::with_capacity(FRAME_RECORDS),
             frames: 0,
             compression: if coding.streamed {
-                Compression::Stream(zstd::stream::raw::Encoder::new(SAMPLED_ZSTD_LEVEL)?)
+                Compression::Stream(sampled_encoder()?)
             } else {
                 Compression::Frames(zstd::bulk::Compressor::new(ZSTD_LEVEL)?)
             },
@@ -121,6 +141,16 @@ impl<W: Write> RecordingWriter<W> {
     ///   instructions a session of the target's for nothing.
     pub fn relay(&mut self) {
         self.compression = Compression::Stored;
+        self.coalescer = None;
+    }
+
+    /// Leaves the polls as the producer wrote them: a cooperative target of
+    /// this format coalesces on the threads that make the polls
+    /// (`leakscope_inproc`'s `polls`, [`PollsKept`](super::coalesce::PollsKept)),
+    /// so the probe relaying its stream found next to nothing to drop, where
+    /// the pass (its maps of objects and of tasks born) was ~13% of the
+    /// probe's CPU at saturation, CPU the server's cores lose.
+    pub fn coalesced_upstream(&mut self) {
         self.coalescer = None;
     }
 

@@ -209,6 +209,53 @@ mod tests {
         });
     }
 
+    /// A sampled recording keeps a task's first empty poll only for a task
+    /// it saw spawned: one spawned before it began is of unknown birth, and
+    /// its empty polls say nothing (the probe relaying the stream no longer
+    /// drops them itself).
+    #[test]
+    fn a_task_spawned_before_a_sampled_recording_keeps_no_empty_poll() {
+        use leakscope_recording::sampling::Sampling;
+        use leakscope_recording::{Record, RecordingReader, ScopeKind};
+
+        fn task() -> tracing::Span {
+            tracing::trace_span!(target: "tokio::task", "runtime.spawn")
+        }
+        let _one = crate::recorder::tests::one_recorder_at_a_time();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.lsrec");
+        let subscriber = tracing_subscriber::registry().with(SessionLayer::default());
+        let (before, during) = tracing::subscriber::with_default(subscriber, || {
+            let before = task();
+            // Streamed as to the probe: not coalesced by the writer.
+            let recorder = crate::Recorder::start_streaming(
+                Box::new(std::fs::File::create(&path).unwrap()),
+                "the test's stream",
+                Sampling::Bytes { mean: 512 << 10 },
+            )
+            .unwrap();
+            let during = task();
+            for _ in 0..3 {
+                before.in_scope(|| {});
+                during.in_scope(|| {});
+            }
+            recorder.finish().unwrap();
+            (before.id().unwrap(), during.id().unwrap())
+        });
+        let polls: Vec<u64> = RecordingReader::open(&path)
+            .unwrap()
+            .filter_map(|record| match record {
+                Record::Scope {
+                    kind: ScopeKind::TaskPoll,
+                    arg,
+                    ..
+                } => Some(arg),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(polls, [during.into_u64()], "not {}", before.into_u64());
+    }
+
     /// A session's service loop gets its span while a recording of every
     /// call runs, and not while a sampled one does (see `callsites`).
     #[test]

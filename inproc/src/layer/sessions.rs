@@ -14,6 +14,7 @@ use tracing_subscriber::registry::LookupSpan;
 use super::serving::Serving;
 use crate::recorder::mode::recording;
 use crate::recorder::own::quietly;
+use crate::recorder::sampler::epoch;
 use crate::recorder::{
     RawKind, record_poll, record_poll_end, record_scope, record_session_created, record_session_id,
     record_task_spawned, tid,
@@ -38,9 +39,14 @@ struct SessionSpan {
 /// makes one per task only in builds with `--cfg tokio_unstable` and its
 /// `tracing` feature, enters it around each poll and closes it when the task
 /// ends. It keeps which of the task's polls a sampled recording kept.
-#[derive(Default)]
 struct TaskSpan {
     polls: PollsKept,
+    /// The recording (`sampler::epoch`) that holds its spawn; 0 for none.
+    /// A task spawned before the recording began is of unknown birth, and
+    /// its empty polls are dropped here as the writer's coalescer would
+    /// (`PollsKept::UNBORN`): the probe relaying this stream leaves polls
+    /// as they come.
+    born: u32,
 }
 
 /// Whether a span is tokio's span of a task.
@@ -176,7 +182,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         if is_task_span(attrs.metadata()) {
             quietly(|| {
                 if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(TaskSpan::default());
+                    span.extensions_mut().insert(TaskSpan {
+                        polls: PollsKept::default(),
+                        born: if recording() { epoch() } else { 0 },
+                    });
                 }
             });
             // Made inside `tokio::spawn`: the stack names the spawner.
@@ -270,7 +279,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         };
         let mut extensions = span.extensions_mut();
         if let Some(task) = extensions.get_mut::<TaskSpan>() {
-            record_poll_end(RawKind::TaskPollEnd, id.into_u64(), &mut task.polls);
+            let mut unborn = PollsKept::UNBORN;
+            let kept = if task.born == epoch() {
+                &mut task.polls
+            } else {
+                &mut unborn
+            };
+            record_poll_end(RawKind::TaskPollEnd, id.into_u64(), kept);
         } else if let Some(session) = extensions.get_mut::<SessionSpan>() {
             record_poll_end(RawKind::SpanExit, id.into_u64(), &mut session.polls);
         }

@@ -43,7 +43,7 @@ pub(crate) fn sampling() -> bool {
 
 /// Which recording runs (or ran last): changes at each start.
 #[inline]
-pub(super) fn epoch() -> u32 {
+pub(crate) fn epoch() -> u32 {
     EPOCH.load(Ordering::Relaxed)
 }
 

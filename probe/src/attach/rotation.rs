@@ -42,6 +42,9 @@ pub(crate) struct Output {
     stacks: HashMap<StackId, Vec<u64>>,
     stacks_written: HashSet<StackId>,
     next_at: tokio::time::Instant,
+    /// Whether the producer coalesced the polls itself
+    /// ([`RecordingWriter::coalesced_upstream`]).
+    coalesced_upstream: bool,
 }
 
 pub(crate) type FileWriter = RecordingWriter<BufWriter<File>>;
@@ -60,7 +63,14 @@ impl Output {
             stacks_written: HashSet::new(),
             next_at: tokio::time::Instant::now()
                 + options.rotation.map_or(super::NEVER, |r| r.every),
+            coalesced_upstream: false,
         }
+    }
+
+    /// The producer coalesced the polls itself: every segment's writer
+    /// leaves them as they come.
+    pub(crate) fn coalesced_upstream(&mut self) {
+        self.coalesced_upstream = true;
     }
 
     /// The file being written: the recording, or its current segment.
@@ -123,6 +133,9 @@ impl Output {
             .with_context(|| format!("cannot create {}", path.display()))?;
         let mut writer = RecordingWriter::new(BufWriter::with_capacity(1 << 20, file), header)
             .with_context(|| format!("cannot write {}", path.display()))?;
+        if self.coalesced_upstream {
+            writer.coalesced_upstream();
+        }
         for mapping in &self.mappings {
             writer.push(Record::Mapping(mapping.clone()))?;
         }

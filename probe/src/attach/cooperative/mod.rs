@@ -20,7 +20,9 @@ use anyhow::{Result, bail};
 use leakscope_recording::control::Request;
 use leakscope_recording::printable::printable;
 use leakscope_recording::target::{Target, is_alive};
-use leakscope_recording::{EndReason, Record, ScopeKind, SessionFact, Tail, monotonic_ns};
+use leakscope_recording::{
+    EndReason, FORMAT_VERSION, Record, ScopeKind, SessionFact, Tail, monotonic_ns,
+};
 
 use super::rotation::Output;
 use super::{
@@ -79,7 +81,14 @@ pub(crate) async fn record(
         _ = signals.terminate.recv() => bail!("terminated before pid {pid} answered"),
     };
     let header = match answer {
-        Some(Streamed::Header(header)) => header,
+        Some(Streamed::Header(header, version)) => {
+            if version == FORMAT_VERSION {
+                // Its threads coalesced the polls already (an older
+                // target's may not have): see `RecordingWriter::coalesced_upstream`.
+                output.coalesced_upstream();
+            }
+            header
+        }
         Some(Streamed::End(Err(why))) => {
             bail!("pid {pid} would not record: {}", printable(&why, 300))
         }
@@ -160,7 +169,7 @@ pub(crate) async fn record(
                         output.forward(&mut writer, record).map_err(written)?;
                     }
                 }
-                Some(Streamed::Header(_)) => {}
+                Some(Streamed::Header(..)) => {}
                 Some(Streamed::End(tail)) => break tail,
                 None => break Ok(Tail::Clean),
             },

@@ -21,7 +21,8 @@ const MAX_REFUSAL_BYTES: u64 = 512;
 
 /// What the reading thread hands over.
 pub(super) enum Streamed {
-    Header(Box<Header>),
+    /// The recording's header, and the format the target wrote it in.
+    Header(Box<Header>, u32),
     Records(Vec<Record>),
     /// The stream ended: how, and whether the process said why it refused.
     End(Result<Tail, String>),
@@ -124,7 +125,10 @@ pub(super) fn read_stream(
         Err(e) => return end(e.to_string()),
     };
     if sender
-        .blocking_send(Streamed::Header(Box::new(reader.header().clone())))
+        .blocking_send(Streamed::Header(
+            Box::new(reader.header().clone()),
+            reader.format_version(),
+        ))
         .is_err()
     {
         return;
