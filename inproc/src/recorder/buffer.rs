@@ -1,7 +1,7 @@
 //! The event buffer between the threads that record and the writer: fixed
 //! size, behind one mutex, never grown, so recording never allocates.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
@@ -94,11 +94,14 @@ pub(crate) fn tid() -> u32 {
 
 /// What the recording threads and the writer share, made once per process.
 pub(super) struct Shared {
-    pub(super) buffer: Mutex<Vec<RawEvent>>,
-    /// The writer waits on it between drains; a thread that fills the buffer
-    /// half (or whole) wakes it early.
+    pub(super) buffer: SpinLock<Vec<RawEvent>>,
+    /// The writer waits on it (with `idle`) between drains; a thread that
+    /// fills the buffer half (or whole) wakes it early.
     pub(super) drain: Condvar,
-    /// Notified by the writer after each swap: threads waiting for room.
+    pub(super) idle: Mutex<()>,
+    /// Swaps the writer made, counted under their lock and notified
+    /// on `swapped`: a thread that found the buffer full waits for the next.
+    pub(super) swaps: Mutex<u64>,
     pub(super) swapped: Condvar,
     /// The writer did not take a full buffer within [`STALL`].
     pub(super) stalled: AtomicBool,
@@ -127,8 +130,10 @@ pub(super) fn shared() -> Option<&'static Shared> {
 /// dropped events, no facts of an earlier one.
 pub(super) fn reset() -> &'static Shared {
     let shared = SHARED.get_or_init(|| Shared {
-        buffer: Mutex::new(event_buffer()),
+        buffer: SpinLock::new(event_buffer()),
         drain: Condvar::new(),
+        idle: Mutex::new(()),
+        swaps: Mutex::new(0),
         swapped: Condvar::new(),
         stalled: AtomicBool::new(false),
         spare: Mutex::new(None),
@@ -136,7 +141,7 @@ pub(super) fn reset() -> &'static Shared {
         lost: AtomicU64::new(0),
         sampled_full: AtomicU64::new(0),
     });
-    lock(&shared.buffer).clear();
+    shared.buffer.lock().clear();
     *lock(&shared.facts) = Facts::new();
     shared.lost.store(0, Ordering::SeqCst);
     shared.sampled_full.store(0, Ordering::SeqCst);
@@ -148,7 +153,7 @@ pub(super) fn reset() -> &'static Shared {
 /// check for tests: the last swap must leave nothing behind).
 #[doc(hidden)]
 pub fn unwritten_events() -> usize {
-    shared().map_or(0, |shared| lock(&shared.buffer).len())
+    shared().map_or(0, |shared| shared.buffer.lock().len())
 }
 
 /// Adds an event, waiting for room when the buffer is full (as heaptrack's
@@ -160,7 +165,7 @@ pub fn unwritten_events() -> usize {
 /// writer's last swap is taken under it after recording is off, so no event
 /// lands in the buffer after it, unread and uncounted.
 pub(super) fn push(shared: &Shared, event: RawEvent) -> bool {
-    let mut buffer = lock(&shared.buffer);
+    let mut buffer = shared.buffer.lock();
     loop {
         if !recording() {
             return false;
@@ -177,15 +182,92 @@ pub(super) fn push(shared: &Shared, event: RawEvent) -> bool {
             shared.lost.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        // Full: wait for the writer's next swap (counted, so that one made
+        // between letting go of the buffer and waiting is not missed).
+        let seen = *lock(&shared.swaps);
+        drop(buffer);
         shared.drain.notify_one();
-        let (again, waited) = shared
+        let swaps = lock(&shared.swaps);
+        let (swaps, waited) = shared
             .swapped
-            .wait_timeout(buffer, STALL)
+            .wait_timeout_while(swaps, STALL, |swaps| *swaps == seen)
             .unwrap_or_else(|e| e.into_inner());
-        buffer = again;
+        drop(swaps);
+        buffer = shared.buffer.lock();
         if waited.timed_out() && buffer.len() == buffer.capacity() {
             shared.stalled.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+/// The lock the event buffer is behind: a spin lock, not `std`'s mutex.
+/// Every event recorded takes it, for the copy of one event (the writer,
+/// for a swap of two vectors), and with `std`'s mutex (an atomic exchange
+/// to let go, and a sleep in the kernel when taken) pushing an event was the
+/// largest part of what a sampled recording cost a cooperative server's
+/// threads at saturation (`perf`: the lock's two atomics were ~90% of
+/// `push`, and its waits showed as context switches).
+pub(super) struct SpinLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is reached only through a guard, held by one thread at
+// a time (the flag, taken with Acquire and given back with Release).
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    pub(super) const fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Spins a little while another thread holds it (for a copy), then
+    /// yields the core: the holder may have been preempted.
+    pub(super) fn lock(&self) -> SpinGuard<'_, T> {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < 100 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        SpinGuard { lock: self }
+    }
+}
+
+pub(super) struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> std::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: this guard holds the lock.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: this guard holds the lock.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
     }
 }
 

@@ -82,20 +82,25 @@ fn write_until_stopped(
         // Recording is off before `stop` is set: this swap, under the lock
         // the threads push under, is the last, and nothing is pushed after it.
         let stopping = stop.load(Ordering::SeqCst);
-        {
-            let mut buffer = lock(&shared.buffer);
-            if !stopping && buffer.len() < buffer.capacity() / 2 {
-                // Until it is half full, or 10 ms.
-                buffer = shared
+        let half = {
+            let buffer = shared.buffer.lock();
+            buffer.len() >= buffer.capacity() / 2
+        };
+        if !stopping && !half {
+            // Until it is half full, or 10 ms (a wake-up missed between the
+            // look above and the wait costs at most the 10 ms).
+            let idle = lock(&shared.idle);
+            drop(
+                shared
                     .drain
-                    .wait_timeout(buffer, Duration::from_millis(10))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-            std::mem::swap(&mut *buffer, spare);
-            shared.stalled.store(false, Ordering::Relaxed);
-            shared.swapped.notify_all();
+                    .wait_timeout(idle, Duration::from_millis(10))
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
         }
+        std::mem::swap(&mut *shared.buffer.lock(), spare);
+        shared.stalled.store(false, Ordering::Relaxed);
+        *lock(&shared.swaps) += 1;
+        shared.swapped.notify_all();
         // By reference: an event is ~240 B, and copying each out showed in
         // the writer's profile.
         for raw in spare.iter() {
