@@ -25,7 +25,7 @@
 //! any is alive ([`alive`]).
 
 use std::alloc::Layout;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 /// The alignment of a sampled block: a page.
 pub(crate) const ALIGN: usize = 4096;
@@ -41,6 +41,45 @@ const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = 1;
 
 static TABLE: [AtomicU64; SLOTS] = [const { AtomicU64::new(EMPTY) }; SLOTS];
+
+/// Counters before the table, by a second hash of the address: the sampled
+/// blocks alive whose address counts here. A lookup of an address whose
+/// counter is 0 ends at once. Without them every page-aligned free that is
+/// not a sampled block's (tokio's 128-aligned cells and channels start a
+/// page one time in 32) probed the table to its first empty slot, and a
+/// slot once used is never empty again: a recording left on for hours
+/// (~700k sampled blocks fill every slot's history) would have each such
+/// free probe all [`PROBES`] slots. Such frees are common: glibc hands a
+/// freed sampled block's page-aligned chunk to the next allocation of its
+/// size (`perf` on `fixture-server-cooperative` at saturation: serde's and
+/// rmcp's small frees), so the counters are few (64 KiB, that stay in the
+/// cache): many blocks alive share one, and the table answers those. A
+/// counter that reaches 255 stays there (it only says "maybe").
+const FILTER_BITS: u32 = 16;
+static FILTER: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
+
+fn filter(block: u64) -> &'static AtomicU8 {
+    let index = (block >> 12).wrapping_mul(0xd6e8_feb8_6659_fd93) >> (64 - FILTER_BITS);
+    &FILTER[index as usize]
+}
+
+/// Whether a sampled block alive may be at `block`: false for certain when
+/// its counter is 0.
+fn may_be_alive(block: u64) -> bool {
+    filter(block).load(Ordering::Relaxed) != 0
+}
+
+fn count_in(block: u64) {
+    let _ = filter(block).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n < u8::MAX).then_some(n + 1)
+    });
+}
+
+fn count_out(block: u64) {
+    let _ = filter(block).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n != 0 && n < u8::MAX).then_some(n - 1)
+    });
+}
 /// Sampled blocks made and not yet freed (or about to be made: see
 /// [`reserve`]).
 static ALIVE: AtomicU64 = AtomicU64::new(0);
@@ -97,6 +136,8 @@ pub(crate) fn insert(block: *mut u8) -> bool {
                 .compare_exchange(seen, key, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
+            // Before the block is handed out, so its free finds it counted.
+            count_in(key);
             return true;
         }
     }
@@ -107,6 +148,9 @@ pub(crate) fn insert(block: *mut u8) -> bool {
 /// table (it is being freed) and no longer counted alive.
 pub(crate) fn take(block: *mut u8) -> bool {
     let key = block as u64;
+    if !may_be_alive(key) {
+        return false;
+    }
     let start = home(key);
     for probe in 0..PROBES {
         let slot = &TABLE[(start + probe) & (SLOTS - 1)];
@@ -117,6 +161,7 @@ pub(crate) fn take(block: *mut u8) -> bool {
                     .compare_exchange(key, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
+                    count_out(key);
                     ALIVE.fetch_sub(1, Ordering::SeqCst);
                     return true;
                 }
@@ -133,6 +178,9 @@ pub(crate) fn take(block: *mut u8) -> bool {
 /// keeps it decides after).
 pub(crate) fn contains(block: *mut u8) -> bool {
     let key = block as u64;
+    if !may_be_alive(key) {
+        return false;
+    }
     let start = home(key);
     for probe in 0..PROBES {
         match TABLE[(start + probe) & (SLOTS - 1)].load(Ordering::Acquire) {
@@ -148,10 +196,14 @@ pub(crate) fn contains(block: *mut u8) -> bool {
 mod tests {
     use super::*;
 
+    /// The table is the process's: one test at a time uses it.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// A block is found until it is taken, once; unsampled pointers are not
     /// found, page-aligned or not.
     #[test]
     fn sampled_blocks_are_found_once() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let blocks: Vec<*mut u8> = (1..200u64).map(|i| (i << 20) as *mut u8).collect();
         for &block in &blocks {
             reserve();
@@ -171,5 +223,36 @@ mod tests {
         reserve();
         assert!(insert(blocks[0]));
         assert!(take(blocks[0]));
+    }
+
+    /// Once every slot has held a block, a lookup of an address that is no
+    /// sampled block still ends at once, at its counter: every counter the
+    /// blocks raised went back to 0 when they were taken.
+    #[test]
+    fn a_table_whose_slots_all_were_used_still_answers_misses_at_once() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let blocks: Vec<*mut u8> = (1..=SLOTS as u64 * 2)
+            .map(|i| ((i << 24) | (7 << 12)) as *mut u8)
+            .collect();
+        for chunk in blocks.chunks(1000) {
+            for &block in chunk {
+                reserve();
+                if !insert(block) {
+                    unreserve();
+                }
+            }
+            for &block in chunk {
+                take(block);
+            }
+        }
+        assert!(blocks.iter().all(|&b| !may_be_alive(b as u64)));
+        assert!(!contains(blocks[5]));
+        // A block alive is still found behind its counter.
+        reserve();
+        assert!(insert(blocks[9]));
+        assert!(may_be_alive(blocks[9] as u64));
+        assert!(contains(blocks[9]));
+        assert!(take(blocks[9]));
+        assert!(!may_be_alive(blocks[9] as u64));
     }
 }
