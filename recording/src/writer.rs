@@ -39,11 +39,16 @@ const SAMPLED_ZSTD_LEVEL: i32 = 3;
 /// 96 KiB instead of 768 KiB. The probe runs between the server's threads on
 /// the same cores, and each time it ran its tables were out of the cache: zstd
 /// compressed the stream at ~90 MB/s where `zstd -b3` does ~250, and was
-/// again over half of the probe's CPU. The records' repeats are near each
-/// other (a thread's, a session's), so the small tables lose nothing: on 40
-/// MB of a saturation recording's records, 11.72 MB against level 3's 11.78
-/// (`zstd --zstd=strategy=2,wlog=21,hlog=14,clog=13,slog=1,mml=5`), level 1
-/// 12.80.
+/// again over half of the probe's CPU; with these the probe's CPU a session
+/// went ~20 -> ~11 µs (`perf`, with the two changes beside it in 9bbdeb6).
+/// At saturation the records' repeats are near each other (a thread's, a
+/// session's): on 40 MB of a saturation recording's records, 11.72 MB against
+/// level 3's 11.78 (`zstd --zstd=strategy=2,wlog=21,hlog=14,clog=13,slog=1,mml=5`),
+/// level 1 12.80. At 30 sessions a second they are not: the bench's day of
+/// session churn took 901 MB against 824 at level 3's tables (5.4% more on its
+/// recording's one-second frames, `scripts/zstd-tables.py`; 16 and 15 were 1.5% more, at ~15 µs a session
+/// of the probe's). Which to take by the rate (a new zstd frame, with the other
+/// tables, when the frames start being cut by their record count) is next.
 const SAMPLED_HASH_LOG: u32 = 14;
 const SAMPLED_CHAIN_LOG: u32 = 13;
 
