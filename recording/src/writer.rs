@@ -36,33 +36,100 @@ pub const SAMPLED_FRAME_EVERY: Duration = Duration::from_secs(1);
 /// Level 9 took 1.9x level 6's time for no fewer bytes.
 const SAMPLED_ZSTD_LEVEL: i32 = 3;
 /// Level 3's tables, made small ([`SAMPLED_HASH_LOG`], [`SAMPLED_CHAIN_LOG`]):
-/// 96 KiB instead of 768 KiB. The probe runs between the server's threads on
-/// the same cores, and each time it ran its tables were out of the cache: zstd
-/// compressed the stream at ~90 MB/s where `zstd -b3` does ~250, and was
-/// again over half of the probe's CPU; with these the probe's CPU a session
-/// went ~20 -> ~11 µs (`perf`, with the two changes beside it in 9bbdeb6).
-/// At saturation the records' repeats are near each other (a thread's, a
-/// session's): on 40 MB of a saturation recording's records, 11.72 MB against
-/// level 3's 11.78 (`zstd --zstd=strategy=2,wlog=21,hlog=14,clog=13,slog=1,mml=5`),
-/// level 1 12.80. At 30 sessions a second they are not: the bench's day of
-/// session churn took 901 MB against 824 at level 3's tables (5.4% more on its
-/// recording's one-second frames, `scripts/zstd-tables.py`; 16 and 15 were 1.5% more, at ~15 µs a session
-/// of the probe's). Which to take by the rate (a new zstd frame, with the other
-/// tables, when the frames start being cut by their record count) is next.
+/// 96 KiB instead of 768 KiB, while the stream is busy ([`Tables`]). The
+/// probe runs between the server's threads on the same cores, and each time
+/// it ran level 3's tables were out of the cache: zstd compressed the stream
+/// at ~90 MB/s where `zstd -b3` does ~250, and was again over half of the
+/// probe's CPU; with these the probe's CPU a session went ~20 -> ~11 µs
+/// (`perf`, with the two changes beside it in 9bbdeb6). At saturation the
+/// records' repeats are near each other (a thread's, a session's): on 40 MB
+/// of a saturation recording's records, 11.72 MB against level 3's 11.78
+/// (`zstd --zstd=strategy=2,wlog=21,hlog=14,clog=13,slog=1,mml=5`), level 1
+/// 12.80. At 30 sessions a second they are not: a day of session churn took
+/// 901 MB against 824 with level 3's tables (its recording's one-second frames
+/// re-coded, `scripts/zstd-tables.py`: 5.4% more), so a quiet stream keeps
+/// level 3's.
 const SAMPLED_HASH_LOG: u32 = 14;
 const SAMPLED_CHAIN_LOG: u32 = 13;
 
-/// The compressor of a sampled recording's stream (see [`SAMPLED_HASH_LOG`]).
-fn sampled_encoder() -> io::Result<zstd::stream::raw::Encoder<'static>> {
-    use zstd::zstd_safe::CParameter;
-    let mut encoder = zstd::stream::raw::Encoder::new(SAMPLED_ZSTD_LEVEL)?;
-    encoder.set_parameter(CParameter::HashLog(SAMPLED_HASH_LOG))?;
-    encoder.set_parameter(CParameter::ChainLog(SAMPLED_CHAIN_LOG))?;
-    Ok(encoder)
+/// Frames in a row cut by their record count ([`FRAME_RECORDS`], a busy
+/// stream: ~26 a second at saturation) before the small tables are taken,
+/// and frames in a row cut by the clock (a second each) before level 3's
+/// are taken back.
+const BUSY_FRAMES: u32 = 4;
+const QUIET_FRAMES: u32 = 10;
+
+/// Which tables a sampled recording's compressor has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tables {
+    /// Level 3's own: a quiet stream, whose repeats are seconds apart.
+    Level,
+    /// [`SAMPLED_HASH_LOG`], [`SAMPLED_CHAIN_LOG`]: a busy one.
+    Small,
 }
 
-/// Writes a recording: header first, then records in framed batches.
-///
+/// A sampled recording's compressor: one zstd stream, whose tables follow
+/// the rate. Tables change only between zstd frames, so a change ends the
+/// zstd frame and the next flush begins one; a reader decodes the frames of
+/// a stream one after the other.
+struct Stream {
+    encoder: zstd::stream::raw::Encoder<'static>,
+    tables: Tables,
+    /// Frames in a row that wanted the other tables.
+    wanting: u32,
+}
+
+impl Stream {
+    fn new() -> io::Result<Self> {
+        Ok(Self {
+            encoder: zstd::stream::raw::Encoder::new(SAMPLED_ZSTD_LEVEL)?,
+            tables: Tables::Level,
+            wanting: 0,
+        })
+    }
+
+    /// Appends `plain`, compressed, to `frame`; `busy` when the frame was cut
+    /// by its record count. Returns the bytes appended.
+    fn compress(&mut self, plain: &[u8], frame: &mut Vec<u8>, busy: bool) -> io::Result<usize> {
+        use zstd::stream::raw::{Operation, OutBuffer};
+        use zstd::zstd_safe::CParameter;
+        let start = frame.len();
+        let (wanted, after) = if busy {
+            (Tables::Small, BUSY_FRAMES)
+        } else {
+            (Tables::Level, QUIET_FRAMES)
+        };
+        self.wanting = if wanted == self.tables {
+            0
+        } else {
+            self.wanting + 1
+        };
+        if self.wanting >= after {
+            // The zstd frame ends here; the next begins with the other tables.
+            loop {
+                frame.reserve(4096);
+                let at = frame.len();
+                let mut output = OutBuffer::around_pos(frame, at);
+                if self.encoder.finish(&mut output, true)? == 0 {
+                    break;
+                }
+            }
+            self.encoder.reinit()?;
+            let (hash, chain) = match wanted {
+                Tables::Small => (SAMPLED_HASH_LOG, SAMPLED_CHAIN_LOG),
+                // 0: the level's own.
+                Tables::Level => (0, 0),
+            };
+            self.encoder.set_parameter(CParameter::HashLog(hash))?;
+            self.encoder.set_parameter(CParameter::ChainLog(chain))?;
+            self.tables = wanted;
+            self.wanting = 0;
+        }
+        flushed(&mut self.encoder, plain, frame)?;
+        Ok(frame.len() - start)
+    }
+}
+
 /// Records frames are postcard-encoded and zstd-compressed (since format 4).
 /// Records are buffered in memory and written as one frame by [`tick`](Self::tick)
 /// (call it regularly, every few ms: what is not written is lost if the process
@@ -120,7 +187,7 @@ impl<W: Write> RecordingWriter<W> {
             pending: Vec::with_capacity(FRAME_RECORDS),
             frames: 0,
             compression: if coding.streamed {
-                Compression::Stream(sampled_encoder()?)
+                Compression::Stream(Stream::new()?)
             } else {
                 Compression::Frames(zstd::bulk::Compressor::new(ZSTD_LEVEL)?)
             },
@@ -203,6 +270,7 @@ impl<W: Write> RecordingWriter<W> {
 
     /// Writes the pending records as one frame now and flushes it to the file.
     pub fn flush(&mut self) -> io::Result<()> {
+        let busy = self.pending.len() >= FRAME_RECORDS;
         if let Some(coalescer) = &mut self.coalescer {
             coalescer.coalesce(&mut self.pending);
         }
@@ -224,7 +292,7 @@ impl<W: Write> RecordingWriter<W> {
                 cursor.set_position(8);
                 compressor.compress_to_buffer(&self.encoded, &mut cursor)?
             }
-            Compression::Stream(encoder) => flushed(encoder, &self.encoded, &mut self.frame)?,
+            Compression::Stream(stream) => stream.compress(&self.encoded, &mut self.frame, busy)?,
             Compression::Stored => stored_frame(&self.encoded, &mut self.frame)?,
         };
         let length = u32::try_from(compressed).map_err(io::Error::other)?;
@@ -271,7 +339,7 @@ enum Compression {
     /// flush ends on a block boundary, so every complete frame decodes
     /// with the ones before it: a kill still loses only what was not
     /// written, and the reader reads the file from its start anyway.
-    Stream(zstd::stream::raw::Encoder<'static>),
+    Stream(Stream),
     /// Stored, not compressed ([`relay`](RecordingWriter::relay)).
     Stored,
 }
@@ -349,6 +417,68 @@ fn write_frame(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A busy stream takes the small tables, a quiet one level 3's back, and
+    /// every record reads back the same across the zstd frames that makes.
+    #[test]
+    fn the_streams_tables_follow_the_rate_and_it_reads_back_whole() {
+        fn tables(writer: &RecordingWriter<Vec<u8>>) -> Tables {
+            match &writer.compression {
+                Compression::Stream(stream) => stream.tables,
+                _ => panic!("a sampled recording is one stream"),
+            }
+        }
+        let header = crate::tests::header();
+        assert!(header.sampling.is_sampled());
+        let mut writer = RecordingWriter::new(Vec::new(), &header).unwrap();
+        let mut written = Vec::new();
+        let mut ts = 0;
+        let mut record = |writer: &mut RecordingWriter<Vec<u8>>| {
+            ts += 1_000;
+            let alloc = Record::Alloc {
+                ts,
+                tid: 7,
+                addr: 0x1000 + ts,
+                size: 16 + ts % 64,
+                stack: None,
+            };
+            written.push(alloc.clone());
+            writer.push(alloc).unwrap();
+        };
+        let quiet = |writer: &mut RecordingWriter<Vec<u8>>, record: &mut dyn FnMut(&mut _)| {
+            for _ in 0..100 {
+                record(writer);
+            }
+            writer.flush().unwrap();
+        };
+        for _ in 0..3 {
+            quiet(&mut writer, &mut record);
+        }
+        assert_eq!(tables(&writer), Tables::Level);
+        // Frames cut by their record count (`push` flushes them).
+        for _ in 0..FRAME_RECORDS * BUSY_FRAMES as usize {
+            record(&mut writer);
+        }
+        assert_eq!(tables(&writer), Tables::Small);
+        for _ in 0..QUIET_FRAMES - 1 {
+            quiet(&mut writer, &mut record);
+        }
+        assert_eq!(tables(&writer), Tables::Small, "not before {QUIET_FRAMES}");
+        quiet(&mut writer, &mut record);
+        assert_eq!(tables(&writer), Tables::Level);
+        quiet(&mut writer, &mut record);
+        let end = Record::End {
+            ts: ts + 1_000,
+            reason: crate::EndReason::Duration,
+        };
+        let bytes = writer.finish(end).unwrap();
+        let mut reader =
+            crate::RecordingReader::new(&bytes[..], std::path::Path::new("tables.lsrec")).unwrap();
+        let read: Vec<Record> = reader.by_ref().collect();
+        assert_eq!(read[..written.len()], written[..]);
+        assert_eq!(read.len(), written.len() + 1);
+        assert_eq!(reader.tail(), Some(&crate::Tail::Clean));
+    }
 
     /// zstd itself reads a stored frame: empty, one block, a block's worth
     /// exactly, and several blocks.
