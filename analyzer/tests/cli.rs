@@ -26,6 +26,8 @@ fn bad_input_gets_one_clear_line() {
         !ok && err.lines().count() == 1 && err.contains("cannot read"),
         "{err}"
     );
+    // Its cause once, not once more for the error's chain.
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
     let junk = scratch("junk.lsrec");
     std::fs::write(&junk, "hello").unwrap();
     let (ok, err) = run(&junk);

@@ -11,8 +11,11 @@ use super::{FORMAT_VERSION, Header, MAGIC, MAX_FRAME_BYTES, OLDEST_FORMAT_VERSIO
 /// Why a file cannot be read as a recording at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    /// The cause is in the message and not a `source`: a binary printing the
+    /// error's chain (`{:#}`) said it twice ("cannot read x.lsrec: No such file
+    /// or directory (os error 2): No such file or directory (os error 2)").
+    #[error("cannot read {path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
     #[error("{path} is not a leakscope recording (it does not start with the .lsrec magic bytes)")]
     NotARecording { path: PathBuf },
     #[error(
@@ -106,14 +109,14 @@ impl RecordingReader<BufReader<File>> {
     /// Opens a recording file: a regular file only, opened without blocking
     /// (a FIFO named, or swapped in, fails at once instead of hanging).
     pub fn open(path: &Path) -> Result<Self, ReadError> {
-        let file = crate::target::open_regular(path, None).map_err(|source| ReadError::Io {
+        let file = crate::target::open_regular(path, None).map_err(|error| ReadError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         // Regular files do not block; reads are plain blocking reads again.
-        crate::output::set_blocking(&file).map_err(|source| ReadError::Io {
+        crate::output::set_blocking(&file).map_err(|error| ReadError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::new(BufReader::with_capacity(1 << 20, file), path)
     }
@@ -128,9 +131,9 @@ enum Frame {
 impl<R: Read> RecordingReader<R> {
     /// `path` only names the input in errors.
     pub fn new(mut input: R, path: &Path) -> Result<Self, ReadError> {
-        let io_error = |source| ReadError::Io {
+        let io_error = |error| ReadError::Io {
             path: path.to_owned(),
-            source,
+            error,
         };
         let mut start = [0u8; 12];
         let got = read_up_to(&mut input, &mut start).map_err(io_error)?;
