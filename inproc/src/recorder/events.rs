@@ -30,25 +30,13 @@ fn guarded(f: impl FnOnce(&Shared)) {
 
 /// Pushes an event of this thread: after the poll entries it is inside of
 /// that wait (see `polls`).
-fn record(shared: &Shared, event: RawEvent) -> bool {
+fn record(shared: &Shared, event: RawEvent, frames: &[u64]) -> bool {
     polls::write_waiting(shared);
-    push(shared, event)
+    push(shared, event, frames)
 }
 
-fn event(kind: RawKind, addr: u64, old: u64, size: u64, with_stack: bool) -> RawEvent {
-    event_entered(kind, addr, old, size, with_stack, 0)
-}
-
-fn event_entered(
-    kind: RawKind,
-    addr: u64,
-    old: u64,
-    size: u64,
-    with_stack: bool,
-    entry_ts: u64,
-) -> RawEvent {
-    let mut frames = [0u64; DEPTH];
-    let depth = if with_stack { walk(&mut frames) } else { 0 };
+/// An event with no stack.
+fn event(kind: RawKind, addr: u64, old: u64, size: u64) -> RawEvent {
     RawEvent {
         kind,
         tid: tid(),
@@ -56,10 +44,19 @@ fn event_entered(
         addr,
         old,
         size,
-        entry_ts,
-        depth: depth as u8,
-        frames,
+        entry_ts: 0,
+        depth: 0,
     }
+}
+
+/// Records an event with this thread's stack, walked here.
+fn record_walked(shared: &Shared, kind: RawKind, addr: u64, old: u64, size: u64, entry_ts: u64) {
+    let mut frames = [0u64; DEPTH];
+    let depth = walk(&mut frames);
+    let mut event = event(kind, addr, old, size);
+    event.entry_ts = entry_ts;
+    event.depth = depth as u8;
+    record(shared, event, &frames[..depth]);
 }
 
 /// Called by the allocator: an allocation, a free (before the block goes back) or a realloc.
@@ -73,21 +70,16 @@ fn event_entered(
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
     guarded(|shared| {
         if kind == RawKind::Free {
-            push(shared, event(kind, addr, old, size, false));
+            push(shared, event(kind, addr, old, size), &[]);
         } else {
-            record(shared, event(kind, addr, old, size, true));
+            record_walked(shared, kind, addr, old, size, 0);
         }
     });
 }
 
 /// Called by the allocator after a realloc that was entered at `entry_ts`.
 pub(crate) fn record_realloc(new: u64, old: u64, size: u64, entry_ts: u64) {
-    guarded(|shared| {
-        record(
-            shared,
-            event_entered(RawKind::Realloc, new, old, size, true, entry_ts),
-        );
-    });
+    guarded(|shared| record_walked(shared, RawKind::Realloc, new, old, size, entry_ts));
 }
 
 /// The clock of every record, for a realloc's entry time.
@@ -98,7 +90,7 @@ pub(crate) fn now_ns() -> u64 {
 /// Called by the session layer: a session span's end, a task's.
 pub(crate) fn record_scope(kind: RawKind, key: u64) {
     guarded(|shared| {
-        record(shared, event(kind, key, 0, 0, false));
+        record(shared, event(kind, key, 0, 0), &[]);
     });
 }
 
@@ -117,9 +109,7 @@ pub(crate) fn record_poll_end(kind: RawKind, key: u64, kept: &mut PollsKept) {
 /// Called by the session layer: a tokio task was spawned here (its span `key`
 /// was just made); the stack says by whom.
 pub(crate) fn record_task_spawned(key: u64) {
-    guarded(|shared| {
-        record(shared, event(RawKind::TaskSpawned, key, 0, 0, true));
-    });
+    guarded(|shared| record_walked(shared, RawKind::TaskSpawned, key, 0, 0, 0));
 }
 
 /// Called by the session layer: the session id of the innermost open span on this thread.
@@ -138,7 +128,7 @@ pub(crate) fn record_session_created(id: &str) {
 fn record_fact(kind: RawKind, id: &str) {
     guarded(|shared| {
         let index = lock(&shared.facts).push(id.to_owned());
-        if !record(shared, event(kind, index, 0, 0, false)) {
+        if !record(shared, event(kind, index, 0, 0), &[]) {
             // Dropped: nobody will take it.
             lock(&shared.facts).take(index);
         }
@@ -155,7 +145,7 @@ static TRACE_ORIGIN: AtomicU64 = AtomicU64::new(0);
 pub(crate) fn set_trace_origin(ts: u64) {
     TRACE_ORIGIN.store(ts, Ordering::SeqCst);
     guarded(|shared| {
-        record(shared, event(RawKind::TraceOrigin, ts, 0, 0, false));
+        record(shared, event(RawKind::TraceOrigin, ts, 0, 0), &[]);
     });
 }
 

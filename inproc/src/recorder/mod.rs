@@ -187,7 +187,7 @@ impl Recorder {
         // Taken here, so the recorder's memory is all there before start returns.
         let spare = buffer::lock(&shared.spare)
             .take()
-            .unwrap_or_else(buffer::event_buffer);
+            .unwrap_or_else(buffer::Events::new);
         // Recording goes on before the header goes out: whoever reads the
         // recording (attach, which then says it is attached) has every event
         // from there. The header used to go first, and the first sessions a

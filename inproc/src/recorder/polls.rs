@@ -84,7 +84,7 @@ pub(super) fn write_waiting(shared: &Shared) {
     }
     with_polls(|polls| {
         for open in &polls.open[polls.written..polls.len] {
-            push(shared, RawEvent::at(open.kind, open.key, open.ts));
+            push(shared, RawEvent::at(open.kind, open.key, open.ts), &[]);
         }
         polls.written = polls.len;
     });
@@ -108,7 +108,7 @@ pub(super) fn enter(shared: &Shared, kind: RawKind, key: u64) {
         }
         write_waiting(shared);
     }
-    push(shared, RawEvent::at(kind, key, ts));
+    push(shared, RawEvent::at(kind, key, ts), &[]);
 }
 
 /// A poll ends (`exit` is its end, `key` its object, `kept` its object's
@@ -117,7 +117,7 @@ pub(super) fn enter(shared: &Shared, kind: RawKind, key: u64) {
 pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKept) {
     let ts = monotonic_ns();
     if !sampler::sampling() {
-        push(shared, RawEvent::at(exit, key, ts));
+        push(shared, RawEvent::at(exit, key, ts), &[]);
         return;
     }
     let entry = entry_of(exit);
@@ -140,14 +140,14 @@ pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKep
             kept.keep(open.ts);
             // The polls around it hold it: they go first.
             write_waiting(shared);
-            push(shared, RawEvent::at(open.kind, open.key, open.ts));
+            push(shared, RawEvent::at(open.kind, open.key, open.ts), &[]);
         }
         Some((_, false)) => return,
         // Entered before this recording, or deeper than it waits: written as
         // it was, inside the polls around it.
         None => write_waiting(shared),
     }
-    push(shared, RawEvent::at(exit, key, ts));
+    push(shared, RawEvent::at(exit, key, ts), &[]);
 }
 
 /// Whose poll `exit` ends: a task's, or a session span's.

@@ -11,7 +11,7 @@ use leakscope_recording::{
     TaskEvent, monotonic_ns,
 };
 
-use super::buffer::{RawEvent, RawKind, Shared, lock};
+use super::buffer::{Events, RawEvent, RawKind, Shared, lock};
 use super::events::trace_origin;
 use super::mode::{Mode, set_mode};
 use super::own;
@@ -49,7 +49,7 @@ pub(super) fn begin(
 pub(super) fn write_loop(
     shared: &'static Shared,
     mut writer: Writer,
-    mut spare: Vec<RawEvent>,
+    mut spare: Events,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     own::mark_thread();
@@ -73,7 +73,7 @@ pub(super) fn write_loop(
 fn write_until_stopped(
     shared: &'static Shared,
     writer: &mut Writer,
-    spare: &mut Vec<RawEvent>,
+    spare: &mut Events,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     // What each drop counter said when last written.
@@ -82,10 +82,7 @@ fn write_until_stopped(
         // Recording is off before `stop` is set: this swap, under the lock
         // the threads push under, is the last, and nothing is pushed after it.
         let stopping = stop.load(Ordering::SeqCst);
-        let half = {
-            let buffer = shared.buffer.lock();
-            buffer.len() >= buffer.capacity() / 2
-        };
+        let half = shared.buffer.lock().half();
         if !stopping && !half {
             // Until it is half full, or 10 ms (a wake-up missed between the
             // look above and the wait costs at most the 10 ms).
@@ -101,10 +98,8 @@ fn write_until_stopped(
         shared.stalled.store(false, Ordering::Relaxed);
         *lock(&shared.swaps) += 1;
         shared.swapped.notify_all();
-        // By reference: an event is ~240 B, and copying each out showed in
-        // the writer's profile.
-        for raw in spare.iter() {
-            convert(raw, shared, writer)?;
+        for (raw, frames) in spare.iter() {
+            convert(raw, frames, shared, writer)?;
         }
         spare.clear();
         let counters = [
@@ -129,9 +124,13 @@ fn write_until_stopped(
     }
 }
 
-fn convert(raw: &RawEvent, shared: &Shared, writer: &mut Writer) -> std::io::Result<()> {
+fn convert(
+    raw: &RawEvent,
+    frames: &[u64],
+    shared: &Shared,
+    writer: &mut Writer,
+) -> std::io::Result<()> {
     let (ts, tid) = (raw.ts, raw.tid);
-    let frames = &raw.frames[..raw.depth as usize];
     let record = match raw.kind {
         RawKind::Alloc => Record::Alloc {
             ts,
