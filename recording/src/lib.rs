@@ -23,6 +23,7 @@
 pub mod coalesce;
 mod coding;
 pub mod control;
+mod decode;
 mod demangle;
 mod encode;
 mod event;

@@ -311,7 +311,7 @@ fn decode_records(
 /// most (and [`MAX_FRAME_RECORDS`]): counted from the list's length prefix,
 /// before any is decoded.
 fn records_of(plain: &[u8], records_left: u64) -> Result<Vec<Record>, String> {
-    let count = list_length(plain).ok_or("a frame's record count is unreadable")?;
+    let (count, prefix) = list_length(plain).ok_or("a frame's record count is unreadable")?;
     if count > MAX_FRAME_RECORDS {
         return Err(format!(
             "a frame holds {count} records, more than a writer ever puts in one ({MAX_FRAME_RECORDS})"
@@ -323,16 +323,18 @@ fn records_of(plain: &[u8], records_left: u64) -> Result<Vec<Record>, String> {
                 .into(),
         );
     }
-    postcard::from_bytes(plain).map_err(|e| e.to_string())
+    // Bounded above: `count` is at most MAX_FRAME_RECORDS here.
+    crate::decode::records(plain, prefix, count as usize)
 }
 
-/// The length postcard writes before a list: a varint.
-fn list_length(plain: &[u8]) -> Option<u64> {
+/// The length postcard writes before a list (a varint), and how many bytes
+/// it takes.
+pub(crate) fn list_length(plain: &[u8]) -> Option<(u64, usize)> {
     let mut value = 0u64;
     for (i, byte) in plain.iter().take(10).enumerate() {
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
-            return Some(value);
+            return Some((value, i + 1));
         }
     }
     None
