@@ -3,6 +3,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
+use super::recorder::cost::{Part, skipped};
 use super::recorder::mode::{Mode, mode, recording};
 use super::recorder::{
     RawKind, now_ns, own, record_memory, record_realloc, record_sampled_full, sampler,
@@ -464,7 +465,9 @@ impl<A: GlobalAlloc> Alloc<A> {
                     // A block recorded whole (or made before the recording,
                     // whose free the analyzer passes over): recorded before
                     // it goes back, so its address cannot be reused first.
-                    record_memory(RawKind::Free, block as u64, 0, 0);
+                    if !skipped(Part::Whole) {
+                        record_memory(RawKind::Free, block as u64, 0, 0);
+                    }
                     // SAFETY: forwarded contract.
                     own::run(|| unsafe { self.dealloc_as_made(block, layout, false) });
                     return;

@@ -12,6 +12,7 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::serving::Serving;
+use crate::recorder::cost::{Part, skipped};
 use crate::recorder::mode::recording;
 use crate::recorder::own::quietly;
 use crate::recorder::sampler::epoch;
@@ -242,7 +243,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         // Nothing to record while off: no lookup either (a cooperative
         // server pays this on every span it enters, switched on or not). A
         // session span first entered once recording is on is announced then.
-        if !recording() {
+        if !recording() || skipped(Part::Polls) {
             return;
         }
         let Some(span) = ctx.span(id) else {
@@ -271,7 +272,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        if !recording() {
+        if !recording() || skipped(Part::Polls) {
             return;
         }
         let Some(span) = ctx.span(id) else {

@@ -7,6 +7,7 @@ use leakscope_recording::monotonic_ns;
 use leakscope_recording::coalesce::PollsKept;
 
 use super::buffer::{RawEvent, RawKind, Shared, lock, push, shared, tid};
+use super::cost::{Part, skipped};
 use super::mode::{Mode, mode};
 use super::{own, polls};
 use crate::stack::{DEPTH, walk};
@@ -68,6 +69,9 @@ fn record_walked(shared: &Shared, kind: RawKind, addr: u64, old: u64, size: u64,
 /// (tokio's task cells and channels), made in polls that hold nothing else:
 /// written out for the free, each such poll cost its entry and its end.
 pub(crate) fn record_memory(kind: RawKind, addr: u64, old: u64, size: u64) {
+    if kind == RawKind::WholeAlloc && skipped(Part::Whole) {
+        return;
+    }
     guarded(|shared| {
         if kind == RawKind::Free {
             push(shared, event(kind, addr, old, size), &[]);
@@ -126,6 +130,9 @@ pub(crate) fn record_session_created(id: &str) {
 }
 
 fn record_fact(kind: RawKind, id: &str) {
+    if skipped(Part::Facts) || skipped(Part::Buffer) {
+        return;
+    }
     guarded(|shared| {
         let index = lock(&shared.facts).push(id.to_owned());
         if !record(shared, event(kind, index, 0, 0), &[]) {

@@ -5,6 +5,7 @@
 //! [`polls`] keeps a sampled recording's empty polls out of the buffer.
 
 mod buffer;
+pub(crate) mod cost;
 mod events;
 pub(crate) mod mode;
 pub(crate) mod own;
@@ -180,6 +181,7 @@ impl Recorder {
         };
         // A new recording starts with its own count of dropped events and
         // no session ids of an earlier one.
+        cost::configure()?;
         let shared = buffer::reset();
         mode::stop_recording_in_forked_children();
         let stop = Arc::new(AtomicBool::new(false));
