@@ -12,17 +12,8 @@
 //! test compares the two on every record kind at every varint length, and
 //! on bytes cut short or malformed.
 
+use crate::encode::variant;
 use crate::{Phase, Record, ScopeKind, TaskEvent};
-
-/// Postcard's variant index of each record read here (see `encode`).
-mod variant {
-    pub(super) const ALLOC: u8 = 0;
-    pub(super) const FREE: u8 = 1;
-    pub(super) const REALLOC: u8 = 2;
-    pub(super) const SCOPE: u8 = 3;
-    pub(super) const TASK: u8 = 10;
-    pub(super) const WHOLE_ALLOC: u8 = 11;
-}
 
 /// Reads a `Vec<Record>` as postcard wrote it, `count` long (its length
 /// prefix, read by the caller, is `prefix` bytes).
@@ -163,96 +154,7 @@ impl Bytes<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EndReason, LostReason, SessionFact};
-
-    /// Every record kind at values of every varint length (as in
-    /// `encode`'s test).
-    fn every_record() -> Vec<Record> {
-        let values = [
-            0u64,
-            1,
-            127,
-            128,
-            300,
-            1 << 31,
-            u32::MAX as u64,
-            1 << 56,
-            u64::MAX,
-        ];
-        let mut all = Vec::new();
-        for (i, &v) in values.iter().enumerate() {
-            let tid = v as u32;
-            let stack = if i % 2 == 0 { Some(v as u32) } else { None };
-            all.push(Record::Alloc {
-                ts: v,
-                tid,
-                addr: v,
-                size: v,
-                stack,
-            });
-            all.push(Record::WholeAlloc {
-                ts: v,
-                tid,
-                addr: !v,
-                size: v,
-                stack,
-            });
-            all.push(Record::Free {
-                ts: v,
-                tid,
-                addr: v,
-            });
-            all.push(Record::Realloc {
-                ts: v,
-                tid,
-                old: v,
-                new: !v,
-                size: v,
-                stack,
-                entry_ts: v,
-            });
-            for kind in ScopeKind::ALL {
-                for phase in [Phase::Enter, Phase::Exit] {
-                    all.push(Record::Scope {
-                        ts: v,
-                        tid,
-                        kind,
-                        phase,
-                        arg: v,
-                    });
-                }
-            }
-            for event in [TaskEvent::Spawned, TaskEvent::Ended] {
-                all.push(Record::Task {
-                    ts: v,
-                    tid,
-                    id: v,
-                    event,
-                    stack,
-                });
-            }
-            all.push(Record::Stack {
-                id: tid,
-                frames: vec![v, 1, 2],
-            });
-            all.push(Record::Lost {
-                ts: v,
-                reason: LostReason::BufferFull,
-                count: v,
-            });
-            all.push(Record::Session {
-                ts: v,
-                tid,
-                fact: SessionFact::Id("a-session".into()),
-            });
-            all.push(Record::End {
-                ts: v,
-                reason: EndReason::Finished,
-            });
-            all.push(Record::TraceOrigin { ts: v });
-        }
-        all
-    }
+    use crate::tests::every_record;
 
     /// What postcard reads from `bytes`, and what this module reads.
     fn both(bytes: &[u8]) -> (Result<Vec<Record>, String>, Result<Vec<Record>, String>) {

@@ -17,15 +17,16 @@ use std::io;
 
 use crate::{Phase, Record, ScopeKind, TaskEvent};
 
-/// Postcard's variant index of each record coded here: its place in
-/// `Record`'s declaration (serde's, whatever a discriminant says).
-mod variant {
-    pub(super) const ALLOC: u8 = 0;
-    pub(super) const FREE: u8 = 1;
-    pub(super) const REALLOC: u8 = 2;
-    pub(super) const SCOPE: u8 = 3;
-    pub(super) const TASK: u8 = 10;
-    pub(super) const WHOLE_ALLOC: u8 = 11;
+/// Postcard's variant index of each record coded here (and read by hand in
+/// `decode`): its place in `Record`'s declaration (serde's, whatever a
+/// discriminant says).
+pub(crate) mod variant {
+    pub(crate) const ALLOC: u8 = 0;
+    pub(crate) const FREE: u8 = 1;
+    pub(crate) const REALLOC: u8 = 2;
+    pub(crate) const SCOPE: u8 = 3;
+    pub(crate) const TASK: u8 = 10;
+    pub(crate) const WHOLE_ALLOC: u8 = 11;
 }
 
 /// The longest record coded here (a realloc: 1 + 5 × 10 + 5 + 6 bytes).
@@ -195,95 +196,12 @@ impl Coded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EndReason, LostReason, SessionFact};
 
     /// Every record kind, hot or not, at values of every varint length:
     /// byte for byte what postcard writes.
     #[test]
     fn the_bytes_are_postcards() {
-        let values = [
-            0u64,
-            1,
-            127,
-            128,
-            300,
-            1 << 31,
-            u32::MAX as u64,
-            1 << 56,
-            u64::MAX,
-        ];
-        let mut all = Vec::new();
-        for (i, &v) in values.iter().enumerate() {
-            let tid = v as u32;
-            let stack = if i % 2 == 0 { Some(v as u32) } else { None };
-            all.push(Record::Alloc {
-                ts: v,
-                tid,
-                addr: v,
-                size: v,
-                stack,
-            });
-            all.push(Record::WholeAlloc {
-                ts: v,
-                tid,
-                addr: !v,
-                size: v,
-                stack: stack.map(|s| s ^ 1),
-            });
-            all.push(Record::Free {
-                ts: v,
-                tid,
-                addr: v,
-            });
-            all.push(Record::Realloc {
-                ts: v,
-                tid,
-                old: v,
-                new: !v,
-                size: v,
-                stack,
-                entry_ts: v,
-            });
-            for kind in ScopeKind::ALL {
-                for phase in [Phase::Enter, Phase::Exit] {
-                    all.push(Record::Scope {
-                        ts: v,
-                        tid,
-                        kind,
-                        phase,
-                        arg: v,
-                    });
-                }
-            }
-            for event in [TaskEvent::Spawned, TaskEvent::Ended] {
-                all.push(Record::Task {
-                    ts: v,
-                    tid,
-                    id: v,
-                    event,
-                    stack,
-                });
-            }
-            all.push(Record::Stack {
-                id: tid,
-                frames: vec![v, 1, 2],
-            });
-            all.push(Record::Lost {
-                ts: v,
-                reason: LostReason::BufferFull,
-                count: v,
-            });
-            all.push(Record::Session {
-                ts: v,
-                tid,
-                fact: SessionFact::Id("a-session".into()),
-            });
-            all.push(Record::End {
-                ts: v,
-                reason: EndReason::Finished,
-            });
-            all.push(Record::TraceOrigin { ts: v });
-        }
+        let all = crate::tests::every_record();
         for n in [0, 1, all.len()] {
             let mut ours = vec![7];
             records(&all[..n], &mut ours).unwrap();

@@ -665,3 +665,92 @@ fn a_sampled_recording_keeps_microseconds_and_one_of_every_call_nanoseconds() {
     let reader = RecordingReader::new(&bytes[..], Path::new("v12.lsrec")).unwrap();
     assert_eq!(reader.collect::<Vec<_>>(), written);
 }
+
+/// Every record kind, hot or not, at values of every varint length: what
+/// the hand encoder and decoder are held to postcard on.
+pub(crate) fn every_record() -> Vec<Record> {
+    let values = [
+        0u64,
+        1,
+        127,
+        128,
+        300,
+        1 << 31,
+        u32::MAX as u64,
+        1 << 56,
+        u64::MAX,
+    ];
+    let mut all = Vec::new();
+    for (i, &v) in values.iter().enumerate() {
+        let tid = v as u32;
+        let stack = if i % 2 == 0 { Some(v as u32) } else { None };
+        all.push(Record::Alloc {
+            ts: v,
+            tid,
+            addr: v,
+            size: v,
+            stack,
+        });
+        all.push(Record::WholeAlloc {
+            ts: v,
+            tid,
+            addr: !v,
+            size: v,
+            stack: stack.map(|s| s ^ 1),
+        });
+        all.push(Record::Free {
+            ts: v,
+            tid,
+            addr: v,
+        });
+        all.push(Record::Realloc {
+            ts: v,
+            tid,
+            old: v,
+            new: !v,
+            size: v,
+            stack,
+            entry_ts: v,
+        });
+        for kind in ScopeKind::ALL {
+            for phase in [Phase::Enter, Phase::Exit] {
+                all.push(Record::Scope {
+                    ts: v,
+                    tid,
+                    kind,
+                    phase,
+                    arg: v,
+                });
+            }
+        }
+        for event in [TaskEvent::Spawned, TaskEvent::Ended] {
+            all.push(Record::Task {
+                ts: v,
+                tid,
+                id: v,
+                event,
+                stack,
+            });
+        }
+        all.push(Record::Stack {
+            id: tid,
+            frames: vec![v, 1, 2],
+        });
+        all.push(Record::Lost {
+            ts: v,
+            reason: LostReason::BufferFull,
+            count: v,
+        });
+        all.push(Record::Session {
+            ts: v,
+            tid,
+            fact: SessionFact::Id("a-session".into()),
+        });
+        all.push(Record::End {
+            ts: v,
+            reason: EndReason::Finished,
+        });
+        all.push(Record::TraceOrigin { ts: v });
+    }
+    all
+}
