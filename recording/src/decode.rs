@@ -15,6 +15,19 @@
 use crate::encode::variant;
 use crate::{Phase, Record, ScopeKind, TaskEvent};
 
+/// The length postcard writes before a list (a varint), and how many bytes
+/// it takes.
+pub(crate) fn list_length(plain: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, byte) in plain.iter().take(10).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
 /// Reads a `Vec<Record>` as postcard wrote it, `count` long (its length
 /// prefix, read by the caller, is `prefix` bytes).
 pub(crate) fn records(plain: &[u8], prefix: usize, count: usize) -> Result<Vec<Record>, String> {
@@ -159,7 +172,7 @@ mod tests {
     /// What postcard reads from `bytes`, and what this module reads.
     fn both(bytes: &[u8]) -> (Result<Vec<Record>, String>, Result<Vec<Record>, String>) {
         let theirs = postcard::from_bytes::<Vec<Record>>(bytes).map_err(|e| e.to_string());
-        let ours = match crate::reader::list_length(bytes) {
+        let ours = match list_length(bytes) {
             // (Capped as the reader caps it, before any record is read.)
             Some((count, prefix)) => records(bytes, prefix, (count as usize).min(1 << 20)),
             None => Err("unreadable count".into()),

@@ -311,7 +311,8 @@ fn decode_records(
 /// most (and [`MAX_FRAME_RECORDS`]): counted from the list's length prefix,
 /// before any is decoded.
 fn records_of(plain: &[u8], records_left: u64) -> Result<Vec<Record>, String> {
-    let (count, prefix) = list_length(plain).ok_or("a frame's record count is unreadable")?;
+    let (count, prefix) =
+        crate::decode::list_length(plain).ok_or("a frame's record count is unreadable")?;
     if count > MAX_FRAME_RECORDS {
         return Err(format!(
             "a frame holds {count} records, more than a writer ever puts in one ({MAX_FRAME_RECORDS})"
@@ -325,19 +326,6 @@ fn records_of(plain: &[u8], records_left: u64) -> Result<Vec<Record>, String> {
     }
     // Bounded above: `count` is at most MAX_FRAME_RECORDS here.
     crate::decode::records(plain, prefix, count as usize)
-}
-
-/// The length postcard writes before a list (a varint), and how many bytes
-/// it takes.
-pub(crate) fn list_length(plain: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, byte) in plain.iter().take(10).enumerate() {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
 }
 
 fn decode_plain(
