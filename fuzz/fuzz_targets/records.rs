@@ -48,6 +48,8 @@ enum Op {
     Lost { dt: u16, reason: u8, count: u16 },
     TraceOrigin { dt: u16 },
     Task { dt: u16, tid: u8, id: u8, ended: bool, stack: Option<u8> },
+    /// A `WholeAllocInPoll`: a whole block standing for the span poll around it.
+    WholeInPoll { dt: u16, tid: u8, addr: u16, size: u32, stack: Option<u8>, span: u16 },
 }
 
 /// What a recording may name for symbols: only paths that are safe to open
@@ -135,6 +137,14 @@ fn build(input: &Input) -> Vec<u8> {
                 addr: addr(*a),
                 size: u64::from(*size),
                 stack: stack(*s),
+            },
+            Op::WholeInPoll { dt, tid, addr: a, size, stack: s, span } => Record::WholeAllocInPoll {
+                ts: at(*dt),
+                tid: u32::from(*tid),
+                addr: addr(*a),
+                size: u64::from(*size),
+                stack: stack(*s),
+                span: u64::from(*span),
             },
             Op::Free { dt, tid, addr: a } => Record::Free {
                 ts: at(*dt),

@@ -115,6 +115,7 @@ fn tid_of(record: &Record) -> Option<u32> {
     match *record {
         Record::Alloc { tid, .. }
         | Record::WholeAlloc { tid, .. }
+        | Record::WholeAllocInPoll { tid, .. }
         | Record::Free { tid, .. }
         | Record::Realloc { tid, .. }
         | Record::Scope { tid, .. }
@@ -272,7 +273,9 @@ impl Coalescer {
     /// task's end, and a new task may reuse the address.
     fn births_and_ends(&mut self, record: &Record) {
         match *record {
-            Record::Alloc { addr, .. } | Record::WholeAlloc { addr, .. } => {
+            Record::Alloc { addr, .. }
+            | Record::WholeAlloc { addr, .. }
+            | Record::WholeAllocInPoll { addr, .. } => {
                 if self.born.len() >= OBJECTS * 4 {
                     // Frees were lost; start afresh rather than grow.
                     self.born.clear();

@@ -73,6 +73,14 @@ fn hot(bytes: &[u8]) -> Option<(Record, &[u8])> {
                 }
             }
         }
+        variant::WHOLE_ALLOC_IN_POLL => Record::WholeAllocInPoll {
+            ts: r.u64()?,
+            tid: r.u32()?,
+            addr: r.u64()?,
+            size: r.u64()?,
+            stack: r.stack()?,
+            span: r.u64()?,
+        },
         variant::FREE => Record::Free {
             ts: r.u64()?,
             tid: r.u32()?,

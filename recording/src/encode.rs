@@ -27,6 +27,7 @@ pub(crate) mod variant {
     pub(crate) const SCOPE: u8 = 3;
     pub(crate) const TASK: u8 = 10;
     pub(crate) const WHOLE_ALLOC: u8 = 11;
+    pub(crate) const WHOLE_ALLOC_IN_POLL: u8 = 12;
 }
 
 /// The longest record coded here (a realloc: 1 + 5 × 10 + 5 + 6 bytes).
@@ -77,6 +78,22 @@ fn hot(record: &Record, buf: &mut Coded) -> bool {
             buf.varint(addr);
             buf.varint(size);
             buf.option(stack);
+        }
+        Record::WholeAllocInPoll {
+            ts,
+            tid,
+            addr,
+            size,
+            stack,
+            span,
+        } => {
+            buf.byte(variant::WHOLE_ALLOC_IN_POLL);
+            buf.varint(ts);
+            buf.varint(tid.into());
+            buf.varint(addr);
+            buf.varint(size);
+            buf.option(stack);
+            buf.varint(span);
         }
         Record::Free { ts, tid, addr } => {
             buf.byte(variant::FREE);

@@ -263,6 +263,27 @@ pub enum Record {
         size: u64,
         stack: Option<StackId>,
     },
+    /// A [`Record::WholeAlloc`] made inside a poll of the session span
+    /// `span` (its key, a `session-span` scope's `arg`) that the recording
+    /// did not write: it reads as that poll's entry, the block, and the
+    /// poll's end, all at `ts`.
+    ///
+    /// Why: a sampled recording writes a poll only when something is
+    /// recorded inside it, and most of what is are blocks recorded whole (a
+    /// request's task cells): each took the poll's two records around it, so
+    /// the analyzer could tell whose session the block is. One record says
+    /// the same: an in-process sampled recording of rmcp's service at
+    /// saturation wrote ~2 scopes for each block recorded whole. Only the
+    /// in-process recorder writes it (format 14), when the poll it was
+    /// made in is the innermost one open on its thread and waits unwritten.
+    WholeAllocInPoll {
+        ts: u64,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        stack: Option<StackId>,
+        span: u64,
+    },
 }
 
 /// The alignment from which a sampled recording records a block whole
@@ -278,6 +299,7 @@ macro_rules! time_of {
         match $record {
             Record::Alloc { ts, .. }
             | Record::WholeAlloc { ts, .. }
+            | Record::WholeAllocInPoll { ts, .. }
             | Record::Free { ts, .. }
             | Record::Realloc { ts, .. }
             | Record::Scope { ts, .. }
@@ -308,6 +330,7 @@ impl Record {
         match self {
             Record::Alloc { stack, .. }
             | Record::WholeAlloc { stack, .. }
+            | Record::WholeAllocInPoll { stack, .. }
             | Record::Realloc { stack, .. }
             | Record::Task { stack, .. } => Some(stack),
             _ => None,

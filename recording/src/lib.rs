@@ -97,7 +97,10 @@ pub const MAGIC: [u8; 8] = *b"LSREC\0\r\n";
 ///   thread), and its records frames are the flushes of one zstd stream
 ///   (the writer's `Compression::Stream`). Version 12 reads as is, in
 ///   nanoseconds.
-pub const FORMAT_VERSION: u32 = 13;
+/// * 14: `Record::WholeAllocInPoll` (appended): an in-process sampled
+///   recording writes a block recorded whole inside a session span's poll
+///   that holds nothing else as one record, not three. Version 13 reads as is.
+pub const FORMAT_VERSION: u32 = 14;
 
 /// The oldest format version this reader still reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -698,6 +698,14 @@ pub(crate) fn every_record() -> Vec<Record> {
             size: v,
             stack: stack.map(|s| s ^ 1),
         });
+        all.push(Record::WholeAllocInPoll {
+            ts: v,
+            tid,
+            addr: v,
+            size: !v,
+            stack,
+            span: v ^ 5,
+        });
         all.push(Record::Free {
             ts: v,
             tid,

@@ -135,6 +135,29 @@ impl Builder {
                 self.whole_allocs += 1;
                 self.alloc_made(ts, tid, addr, size, stack, Made::Whole);
             }
+            Record::WholeAllocInPoll {
+                ts,
+                tid,
+                addr,
+                size,
+                stack,
+                span,
+            } => {
+                // The poll the recorder left unwritten around it, read as if
+                // it had been: its entry, the block, its end.
+                use leakscope_recording::{Phase, ScopeKind};
+                self.clock(ts);
+                let adopted =
+                    self.sessions
+                        .scope(ts, tid, ScopeKind::SessionSpan, Phase::Enter, span);
+                self.adopt(adopted);
+                self.whole_allocs += 1;
+                self.alloc_made(ts, tid, addr, size, stack, Made::Whole);
+                let adopted =
+                    self.sessions
+                        .scope(ts, tid, ScopeKind::SessionSpan, Phase::Exit, span);
+                self.adopt(adopted);
+            }
             Record::Realloc {
                 ts,
                 tid,

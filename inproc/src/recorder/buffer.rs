@@ -29,6 +29,9 @@ pub(crate) enum RawKind {
     Alloc,
     /// An allocation a sampled recording records whole (`Record::WholeAlloc`).
     WholeAlloc,
+    /// A block recorded whole inside a session span's poll that waits
+    /// unwritten (`Record::WholeAllocInPoll`); `old` is the span's key.
+    WholeAllocInPoll,
     Free,
     Realloc,
     /// A session span was entered / exited; `addr` is its key.

@@ -50,13 +50,23 @@ fn event(kind: RawKind, addr: u64, old: u64, size: u64) -> RawEvent {
     }
 }
 
-/// Records an event with this thread's stack, walked here.
+/// Records an event with this thread's stack, walked here. A block recorded
+/// whole inside a session span's poll that waits stands for that poll too
+/// (`polls::write_waiting_around_whole`).
 fn record_walked(shared: &Shared, kind: RawKind, addr: u64, old: u64, size: u64, entry_ts: u64) {
     let mut frames = [0u64; DEPTH];
     let depth = walk(&mut frames);
     let mut event = event(kind, addr, old, size);
     event.entry_ts = entry_ts;
     event.depth = depth as u8;
+    if kind == RawKind::WholeAlloc {
+        if let Some(span) = polls::write_waiting_around_whole(shared) {
+            event.kind = RawKind::WholeAllocInPoll;
+            event.old = span;
+        }
+        push(shared, event, &frames[..depth]);
+        return;
+    }
     record(shared, event, &frames[..depth]);
 }
 

@@ -90,6 +90,41 @@ pub(super) fn write_waiting(shared: &Shared) {
     });
 }
 
+/// Writes the entries that wait around a block recorded whole, but the
+/// innermost when it is a session span's: that one's key is returned, and
+/// the block is written as `Record::WholeAllocInPoll`, which stands for the
+/// poll around it too. So a poll that holds nothing but such blocks (a
+/// request's task cells) costs no record of its own, unless the rule keeps
+/// it at its end. `None` when there is no such poll: everything that waited
+/// is written, as for any record.
+pub(super) fn write_waiting_around_whole(shared: &Shared) -> Option<u64> {
+    if !sampler::sampling() {
+        return None;
+    }
+    with_polls(|polls| {
+        // A full stack may have deeper polls written past it (see `enter`):
+        // then its innermost is not the thread's.
+        let innermost = polls.open[..polls.len].last().copied();
+        let span = match innermost {
+            Some(open)
+                if polls.len < DEPTH
+                    && polls.written < polls.len
+                    && open.kind == RawKind::SpanEnter =>
+            {
+                Some(open.key)
+            }
+            _ => None,
+        };
+        let end = polls.len - usize::from(span.is_some());
+        for open in &polls.open[polls.written..end] {
+            push(shared, RawEvent::at(open.kind, open.key, open.ts), &[]);
+        }
+        polls.written = end;
+        span
+    })
+    .flatten()
+}
+
 /// A poll begins (`kind` is its entry, `key` its object): it waits, in a
 /// sampled recording.
 pub(super) fn enter(shared: &Shared, kind: RawKind, key: u64) {
@@ -201,6 +236,10 @@ mod tests {
                     ..
                 } => Some(format!("id {id}")),
                 Record::Task { id, .. } => Some(format!("task {id}")),
+                Record::WholeAlloc { addr, .. } => Some(format!("whole {addr}")),
+                Record::WholeAllocInPoll { addr, span, .. } => {
+                    Some(format!("whole {addr} in {span}"))
+                }
                 _ => None,
             })
             .collect()
@@ -246,6 +285,52 @@ mod tests {
             // (A sampled recording's poll ends are written without their task.)
             "poll 9", "end 0", // the task's first
             "poll 9", "enter 3", "exit 3", "end 0", // one that holds a kept poll
+        ];
+        assert_eq!(recorded, expected);
+    }
+
+    fn whole(addr: u64) {
+        super::super::record_memory(RawKind::WholeAlloc, addr, 0, 128);
+    }
+
+    /// A block recorded whole inside a session span's poll that waits is
+    /// written as one record naming the span; the poll itself goes only if
+    /// the rule keeps it or something else inside it needs it.
+    #[test]
+    fn a_block_recorded_whole_stands_for_the_span_poll_it_was_made_in() {
+        let recorded = recorded(Sampling::Bytes { mean: 1 << 30 }, || {
+            let (mut one, mut nine) = Default::default();
+            record_task_spawned(9);
+            span(1, &mut one, || record_session_id("s"));
+            span(1, &mut one, || {});
+            // Past a session's first two: the poll holds the block alone.
+            span(1, &mut one, || whole(100));
+            // Inside a task's poll: the task's entry goes before the block.
+            task(9, &mut nine, || {});
+            task(9, &mut nine, || span(1, &mut one, || whole(200)));
+            // A fact after the block: the poll is written then, around it.
+            span(1, &mut one, || {
+                whole(300);
+                record_session_id("s");
+            });
+        });
+        let expected = [
+            "task 9",
+            "enter 1",
+            "id s",
+            "exit 1",
+            "enter 1",
+            "exit 1",
+            "whole 100 in 1",
+            "poll 9",
+            "end 0",
+            "poll 9",
+            "whole 200 in 1",
+            "end 0",
+            "whole 300 in 1",
+            "enter 1",
+            "id s",
+            "exit 1",
         ];
         assert_eq!(recorded, expected);
     }

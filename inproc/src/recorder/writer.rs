@@ -146,6 +146,14 @@ fn convert(
             size: raw.size,
             stack: writer.stack(frames)?,
         },
+        RawKind::WholeAllocInPoll => Record::WholeAllocInPoll {
+            ts,
+            tid,
+            addr: raw.addr,
+            size: raw.size,
+            stack: writer.stack(frames)?,
+            span: raw.old,
+        },
         RawKind::Realloc => Record::Realloc {
             ts,
             tid,

@@ -170,6 +170,9 @@ impl Output {
                 | Record::WholeAlloc {
                     stack: Some(id), ..
                 }
+                | Record::WholeAllocInPoll {
+                    stack: Some(id), ..
+                }
                 | Record::Realloc {
                     stack: Some(id), ..
                 }

@@ -100,6 +100,7 @@ fn count_events(path: &Path) -> Result<u64> {
                 r,
                 Record::Alloc { .. }
                     | Record::WholeAlloc { .. }
+                    | Record::WholeAllocInPoll { .. }
                     | Record::Free { .. }
                     | Record::Realloc { .. }
             )
@@ -141,6 +142,7 @@ pub(super) fn replay(source: &Path, out: &Path, count: u64, copies: Copies) -> R
                 record,
                 Record::Alloc { .. }
                     | Record::WholeAlloc { .. }
+                    | Record::WholeAllocInPoll { .. }
                     | Record::Free { .. }
                     | Record::Realloc { .. }
             );
@@ -191,6 +193,10 @@ fn shifted(
         Record::Alloc { addr, .. }
         | Record::WholeAlloc { addr, .. }
         | Record::Free { addr, .. } => a(addr),
+        Record::WholeAllocInPoll { addr, span, .. } => {
+            a(addr);
+            a(span);
+        }
         Record::Realloc {
             old, new, entry_ts, ..
         } => {

@@ -106,7 +106,7 @@ fn recorded(recording: &Path, sessions: u64) -> Result<BTreeMap<String, f64>> {
     let reader = leakscope_recording::segments::Chain::open(recording)?;
     for record in reader {
         let key = match record {
-            Record::WholeAlloc { .. } => "whole",
+            Record::WholeAlloc { .. } | Record::WholeAllocInPoll { .. } => "whole",
             Record::Alloc { .. } | Record::Realloc { .. } => "sampled",
             Record::Free { .. } => "frees",
             _ => continue,

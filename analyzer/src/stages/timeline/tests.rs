@@ -282,3 +282,78 @@ fn one_recording_gives_one_order_of_sites() {
         assert_eq!(order(), first);
     }
 }
+
+/// A block recorded whole in a session span's poll the recorder left
+/// unwritten (`Record::WholeAllocInPoll`) is that session's, as the same
+/// block between the poll's entry and end is: the sessions read alike.
+#[test]
+fn a_block_recorded_whole_in_a_poll_is_its_sessions_as_inside_the_poll() {
+    let sampling = leakscope_recording::sampling::Sampling::every_bytes(512 * 1024);
+    let read = |in_poll: bool| {
+        let mut builder = Builder::new(Rules::builtin(), GRACE, 1_000_000_000)
+            .producer(Producer::InProcess)
+            .sampling(sampling);
+        // Two sessions, named by their spans' first polls.
+        for (ts, key, id) in [(1, 10, "a"), (4, 20, "b")] {
+            builder.push(scope(ts, 1, ScopeKind::SessionSpan, Phase::Enter, key));
+            builder.push(Record::Session {
+                ts: ts + 1,
+                tid: 1,
+                fact: SessionFact::Id(id.into()),
+            });
+            builder.push(scope(ts + 2, 1, ScopeKind::SessionSpan, Phase::Exit, key));
+        }
+        // A block of each, on another thread; then one of "a" freed.
+        for (ts, key, addr) in [(10, 10, 0x1000), (12, 20, 0x2000), (14, 10, 0x3000)] {
+            if in_poll {
+                builder.push(Record::WholeAllocInPoll {
+                    ts,
+                    tid: 2,
+                    addr,
+                    size: 4480,
+                    stack: None,
+                    span: key,
+                });
+            } else {
+                builder.push(scope(ts, 2, ScopeKind::SessionSpan, Phase::Enter, key));
+                builder.push(Record::WholeAlloc {
+                    ts,
+                    tid: 2,
+                    addr,
+                    size: 4480,
+                    stack: None,
+                });
+                builder.push(scope(ts, 2, ScopeKind::SessionSpan, Phase::Exit, key));
+            }
+        }
+        builder.push(Record::Free {
+            ts: 20,
+            tid: 2,
+            addr: 0x3000,
+        });
+        builder.push(Record::End {
+            ts: 30,
+            reason: EndReason::Finished,
+        });
+        let mut header = header();
+        header.sampling = sampling;
+        let timeline = builder.finish(header, Tail::Clean);
+        assert_eq!(timeline.whole_allocs, 3);
+        let mut sessions: Vec<_> = timeline
+            .sessions
+            .iter()
+            .map(|s| (s.id.clone(), s.allocated, s.live_at_end, s.polls))
+            .collect();
+        sessions.sort();
+        sessions
+    };
+    let in_poll = read(true);
+    assert_eq!(
+        in_poll,
+        vec![
+            (Some("a".into()), 2 * 4480, 4480, in_poll[0].3),
+            (Some("b".into()), 4480, 4480, in_poll[1].3)
+        ]
+    );
+    assert_eq!(in_poll, read(false));
+}

@@ -32,6 +32,10 @@ use super::{
 pub(crate) use find::{Found, find};
 use stream::{Streamed, read_stream};
 
+/// The first stream format whose targets coalesce their polls on their own
+/// threads (format 13; 14 only added a record).
+const COALESCED_SINCE: u32 = 13;
+
 /// How long a process asked to stop may take to finish its recording.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
@@ -82,7 +86,7 @@ pub(crate) async fn record(
     };
     let header = match answer {
         Some(Streamed::Header(header, version)) => {
-            if version == FORMAT_VERSION {
+            if (COALESCED_SINCE..=FORMAT_VERSION).contains(&version) {
                 // Its threads coalesced the polls already (an older
                 // target's may not have): see `RecordingWriter::coalesced_upstream`.
                 output.coalesced_upstream();
@@ -236,6 +240,9 @@ fn count(record: &Record, stats: &mut Stats, live: &mut LiveBytes) {
             live.alloc(stats, *addr, *size, *stack);
         }
         Record::WholeAlloc {
+            addr, size, stack, ..
+        }
+        | Record::WholeAllocInPoll {
             addr, size, stack, ..
         } => {
             stats.allocs += 1;
