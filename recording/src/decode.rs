@@ -1,5 +1,5 @@
 //! A frame's records read by hand for the kinds [`crate::encode`] writes by
-//! hand (allocations, frees, reallocs, scopes, task events); every other
+//! hand (allocations, frees, reallocs, scopes, task events, session facts); every other
 //! record, and any byte these do not read as postcard would, is read by
 //! postcard itself.
 //!
@@ -13,7 +13,7 @@
 //! on bytes cut short or malformed.
 
 use crate::encode::variant;
-use crate::{Phase, Record, ScopeKind, TaskEvent};
+use crate::{Phase, Record, ScopeKind, SessionFact, TaskEvent};
 
 /// The length postcard writes before a list (a varint), and how many bytes
 /// it takes.
@@ -71,6 +71,27 @@ fn hot(bytes: &[u8]) -> Option<(Record, &[u8])> {
                     size,
                     stack,
                 }
+            }
+        }
+        variant::SESSION => {
+            let (ts, tid) = (r.u64()?, r.u32()?);
+            let index = r.byte()?;
+            let len = usize::try_from(r.u64()?).ok()?;
+            if len > r.0.len() {
+                return None;
+            }
+            let (text, rest) = r.0.split_at(len);
+            r.0 = rest;
+            let text = std::str::from_utf8(text).ok()?.to_owned();
+            Record::Session {
+                ts,
+                tid,
+                fact: match index {
+                    0 => SessionFact::Id(text),
+                    1 => SessionFact::WorkerQuit(text),
+                    2 => SessionFact::Created(text),
+                    _ => return None,
+                },
             }
         }
         variant::WHOLE_ALLOC_IN_POLL => Record::WholeAllocInPoll {
@@ -207,9 +228,23 @@ mod tests {
             let (theirs, ours) = both(&bytes[..cut]);
             assert_eq!(ours.is_ok(), theirs.is_ok(), "cut at {cut}");
         }
+        // And the kinds past the first 40, each alone.
+        for record in &all[40..] {
+            let bytes = postcard::to_stdvec(&vec![record.clone()]).unwrap();
+            for cut in 0..bytes.len() {
+                let (theirs, ours) = both(&bytes[..cut]);
+                assert_eq!(ours.is_ok(), theirs.is_ok(), "{record:?} cut at {cut}");
+            }
+            damage(&bytes);
+        }
+        damage(&bytes);
+    }
+
+    /// Each byte of `bytes` set to six values: equal records, or both fail.
+    fn damage(bytes: &[u8]) {
         for at in 0..bytes.len() {
             for value in [0x00, 0x01, 0x02, 0x7f, 0x80, 0xff] {
-                let mut damaged = bytes.clone();
+                let mut damaged = bytes.to_vec();
                 damaged[at] = value;
                 let (theirs, ours) = both(&damaged);
                 match (theirs, ours) {

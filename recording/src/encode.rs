@@ -1,6 +1,6 @@
 //! A frame's records as postcard writes them, written by hand for the
 //! records a producer makes by the thousand (allocations, frees, scopes,
-//! task events).
+//! task events, session facts).
 //!
 //! Why not postcard for all: serde's generic path puts each field through
 //! its own varint buffer and `Vec::extend`, ~450 instructions for an
@@ -15,7 +15,7 @@
 
 use std::io;
 
-use crate::{Phase, Record, ScopeKind, TaskEvent};
+use crate::{Phase, Record, ScopeKind, SessionFact, TaskEvent};
 
 /// Postcard's variant index of each record coded here (and read by hand in
 /// `decode`): its place in `Record`'s declaration (serde's, whatever a
@@ -25,6 +25,7 @@ pub(crate) mod variant {
     pub(crate) const FREE: u8 = 1;
     pub(crate) const REALLOC: u8 = 2;
     pub(crate) const SCOPE: u8 = 3;
+    pub(crate) const SESSION: u8 = 4;
     pub(crate) const TASK: u8 = 10;
     pub(crate) const WHOLE_ALLOC: u8 = 11;
     pub(crate) const WHOLE_ALLOC_IN_POLL: u8 = 12;
@@ -39,8 +40,9 @@ pub(crate) fn records(records: &[Record], out: &mut Vec<u8>) -> io::Result<()> {
     buf.varint(records.len() as u64);
     out.extend_from_slice(buf.bytes());
     for record in records {
-        if hot(record, &mut buf) {
+        if let Some(tail) = hot(record, &mut buf) {
             out.extend_from_slice(buf.bytes());
+            out.extend_from_slice(tail);
         } else {
             let taken = std::mem::take(out);
             *out = postcard::to_extend(record, taken).map_err(io::Error::other)?;
@@ -49,11 +51,25 @@ pub(crate) fn records(records: &[Record], out: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-/// Codes `record` into `buf` when it is one of the kinds coded here.
+/// Codes `record` into `buf` when it is one of the kinds coded here; what
+/// follows `buf` (a session fact's string) is returned, empty for the rest.
 #[inline]
-fn hot(record: &Record, buf: &mut Coded) -> bool {
+fn hot<'a>(record: &'a Record, buf: &mut Coded) -> Option<&'a [u8]> {
     buf.len = 0;
     match *record {
+        Record::Session { ts, tid, ref fact } => {
+            buf.byte(variant::SESSION);
+            buf.varint(ts);
+            buf.varint(tid.into());
+            let (index, text) = match fact {
+                SessionFact::Id(text) => (0, text),
+                SessionFact::WorkerQuit(text) => (1, text),
+                SessionFact::Created(text) => (2, text),
+            };
+            buf.byte(index);
+            buf.varint(text.len() as u64);
+            return Some(text.as_bytes());
+        }
         Record::Alloc {
             ts,
             tid,
@@ -153,9 +169,9 @@ fn hot(record: &Record, buf: &mut Coded) -> bool {
             });
             buf.option(stack);
         }
-        _ => return false,
+        _ => return None,
     }
-    true
+    Some(&[])
 }
 
 /// A scope kind's variant index: its place in [`ScopeKind::ALL`], which
@@ -235,8 +251,9 @@ mod tests {
 
     fn records_one(record: &Record, out: &mut Vec<u8>) {
         let mut buf = Coded::new();
-        if hot(record, &mut buf) {
+        if let Some(tail) = hot(record, &mut buf) {
             out.extend_from_slice(buf.bytes());
+            out.extend_from_slice(tail);
         } else {
             *out = postcard::to_stdvec(record).unwrap();
         }

@@ -754,6 +754,15 @@ pub(crate) fn every_record() -> Vec<Record> {
             tid,
             fact: SessionFact::Id("a-session".into()),
         });
+        // Each fact, and strings of every length's varint (and not ASCII).
+        let text = "é".repeat(i * 20);
+        for fact in [
+            SessionFact::Created(text.clone()),
+            SessionFact::WorkerQuit(text),
+            SessionFact::Id(String::new()),
+        ] {
+            all.push(Record::Session { ts: v, tid, fact });
+        }
         all.push(Record::End {
             ts: v,
             reason: EndReason::Finished,
