@@ -13,7 +13,8 @@
 # The server is built apart (feature `cost-breakdown`, in target/cost-breakdown):
 # no production build can leave anything out. Run from the repository after
 # `cargo build --release -p leakscope-probe` (or a `cargo xtask bench`).
-# ROUNDS (default 5), SECONDS_EACH (default 6).
+# ROUNDS (default 5), SECONDS_EACH (default 6), CALLS (tools/call a session, default 1:
+# a session mostly being born, as the bench's saturation rounds; more is a session doing work).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 probe_bin=$root/target/release/leakscope-probe
@@ -21,6 +22,7 @@ work=$root/target/lifecycle-cost
 mkdir -p "$work"
 rounds=${ROUNDS:-5}
 seconds=${SECONDS_EACH:-6}
+calls=${CALLS:-1}
 echo "building fixture-server-cooperative with the feature cost-breakdown (target/cost-breakdown)" >&2
 CARGO_TARGET_DIR=$root/target/cost-breakdown cargo build --quiet --release \
   --manifest-path "$root/Cargo.toml" -p leakscope-fixtures \
@@ -43,7 +45,7 @@ run() { # run SKIP ("off": not switched on) -> "sessions/s server_us probe_us"
   local s0 p0=0 s1 p1=0
   s0=$(ticks "$server"); [ -n "$probe" ] && p0=$(ticks "$probe")
   "$root/target/release/churn" --url "$url" --max-time "${seconds}s" --rate 1000000 --count 100000000 \
-    --concurrency 16 2>/dev/null | tail -1 >"$work/churn.json" || true
+    --concurrency 16 --calls "$calls" 2>/dev/null | tail -1 >"$work/churn.json" || true
   s1=$(ticks "$server"); [ -n "$probe" ] && p1=$(ticks "$probe")
   if [ -n "$probe" ]; then kill -INT "$probe"; wait "$probe" || true; fi
   kill "$server"; wait "$server" 2>/dev/null || true
