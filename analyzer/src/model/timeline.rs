@@ -52,7 +52,8 @@ pub struct Task {
     pub allocated: u64,
     /// The function that spawned it (the first frame of its cell's stack
     /// outside tokio, the allocator and the standard library), when known.
-    pub spawned_from: Option<String>,
+    /// One string a site, shared by its tasks (a day holds millions).
+    pub spawned_from: Option<std::sync::Arc<str>>,
     /// Its cell's stack.
     pub stack: Option<leakscope_recording::StackId>,
     /// The task that spawned it (an index into [`Timeline::tasks`]).

@@ -52,8 +52,9 @@ fn tasks(timeline: &Timeline) -> ObjectSummary {
         .iter()
         .map(|s| (s.name().to_owned(), 0))
         .collect();
-    for t in tasks {
-        *states.entry(t.state.name().to_owned()).or_default() += 1;
+    for state in TaskState::ALL {
+        let count = tasks.iter().filter(|t| t.state == state).count() as u64;
+        *states.entry(state.name().to_owned()).or_default() += count;
     }
     let alive = || tasks.iter().filter(|t| t.state != TaskState::Ended);
     ObjectSummary {

@@ -8,6 +8,7 @@
 //! live by call site. The [`Timeline`] is what the outputs read.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use leakscope_recording::sampling::Sampling;
 use leakscope_recording::{EndReason, Header, LostReason, Record, SessionFact, Tail};
@@ -417,10 +418,9 @@ impl Builder {
             .missing_scopes
             .contains(&leakscope_recording::ScopeKind::WorkerDrop);
         let grace_ns = self.grace_ns;
-        let sessions: Vec<Session> = lives
-            .into_iter()
-            .zip(bytes)
-            .map(|(life, b)| Session {
+        let sessions: Vec<Session> = crate::stages::objects::made(lives, |key, life| {
+            let b = std::mem::take(&mut bytes[key]);
+            Session {
                 state: SessionState::decide(
                     b.map_blocks,
                     b.map_blocks_live(),
@@ -441,41 +441,36 @@ impl Builder {
                 retained: b.retained,
                 live_at_end: b.live_at_end,
                 parts: b.parts,
-            })
-            .collect();
-        let mut spawn_sites: HashMap<Option<leakscope_recording::StackId>, Option<String>> =
+            }
+        });
+        let mut spawn_sites: HashMap<Option<leakscope_recording::StackId>, Option<Arc<str>>> =
             HashMap::new();
-        let tasks: Vec<Task> = self
-            .tasks
-            .finish()
-            .into_iter()
-            .enumerate()
-            .map(|(key, life)| {
-                let bytes = totals.tasks.get(key).copied().unwrap_or_default();
-                Task {
-                    state: TaskState::of(&life, start_ns, end_ns),
-                    born_ns: life.born_ns,
-                    born_seq: life.born_seq,
-                    end_ns: life.end_ns,
-                    polls: life.polls,
-                    idle_ns: end_ns.saturating_sub(life.last_poll_ns),
-                    live_bytes: bytes.live,
-                    cell_size: life.cell_size,
-                    allocated: bytes.allocated,
-                    spawned_from: spawn_sites
-                        .entry(life.cell_stack)
-                        .or_insert_with(|| {
-                            crate::stages::objects::tasks::spawn_site(
-                                self.stacks.frames(life.cell_stack),
-                            )
-                        })
-                        .clone(),
-                    stack: life.cell_stack,
-                    parent: life.parent.map(|p| p as usize),
-                    session: life.session.and_then(|s| index.get(s as usize).copied()),
-                }
-            })
-            .collect();
+        let tasks = crate::stages::objects::made(self.tasks.finish(), |key, life| {
+            let bytes = totals.tasks.get(key).copied().unwrap_or_default();
+            Task {
+                state: TaskState::of(&life, start_ns, end_ns),
+                born_ns: life.born_ns,
+                born_seq: life.born_seq,
+                end_ns: life.end_ns,
+                polls: life.polls,
+                idle_ns: end_ns.saturating_sub(life.last_poll_ns),
+                live_bytes: bytes.live,
+                cell_size: life.cell_size,
+                allocated: bytes.allocated,
+                spawned_from: spawn_sites
+                    .entry(life.cell_stack)
+                    .or_insert_with(|| {
+                        crate::stages::objects::tasks::spawn_site(
+                            self.stacks.frames(life.cell_stack),
+                        )
+                        .map(Arc::from)
+                    })
+                    .clone(),
+                stack: life.cell_stack,
+                parent: life.parent.map(|p| p as usize),
+                session: life.session.and_then(|s| index.get(s as usize).copied()),
+            }
+        });
         let profile = crate::stages::profile::build(
             allocated,
             &totals.live,

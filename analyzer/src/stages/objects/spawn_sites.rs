@@ -3,6 +3,7 @@
 //! lists them; the verdict names a leaking one.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 
 use crate::model::sites::{MIN_BLOCKS, MIN_SPAN_SHARE};
 use crate::model::{Retained, SpawnSite, Task, TaskState, UNKNOWN_SITE};
@@ -33,12 +34,23 @@ pub fn spawn_sites(tasks: &[Task], allocations: u64) -> Vec<SpawnSite> {
     // Tasks whose spawn site is unknown (a stack that stops inside tokio) are
     // told apart by their cell's size: one future type, one size.
     let mut by_site: BTreeMap<String, Vec<&Task>> = BTreeMap::new();
+    let mut unknown = String::new();
     for task in tasks {
         let site = match &task.spawned_from {
-            Some(site) => site.clone(),
-            None => format!("{UNKNOWN_SITE} (cells of {} B)", task.cell_size),
+            Some(site) => &**site,
+            None => {
+                unknown.clear();
+                let _ = write!(unknown, "{UNKNOWN_SITE} (cells of {} B)", task.cell_size);
+                unknown.as_str()
+            }
         };
-        by_site.entry(site).or_default().push(task);
+        // A site's name made once, not a task's (a day holds millions).
+        match by_site.get_mut(site) {
+            Some(of_site) => of_site.push(task),
+            None => {
+                by_site.insert(site.to_string(), vec![task]);
+            }
+        }
     }
     let mut sites: Vec<SpawnSite> = by_site
         .into_iter()

@@ -143,7 +143,7 @@ fn task(site: &str, seq: u64, state: TaskState) -> Task {
         live_bytes: if state == TaskState::Ended { 0 } else { 512 },
         cell_size: 512,
         allocated: 512,
-        spawned_from: Some(site.to_owned()),
+        spawned_from: Some(site.into()),
         stack: None,
         parent: None,
         session: None,
