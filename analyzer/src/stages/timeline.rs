@@ -131,11 +131,7 @@ impl Builder {
                 addr,
                 size,
                 stack,
-            } => {
-                self.clock(ts);
-                self.whole_allocs += 1;
-                self.alloc_made(ts, tid, addr, size, stack, Made::Whole);
-            }
+            } => self.whole_alloc(ts, tid, addr, size, stack),
             Record::WholeAllocInPoll {
                 ts,
                 tid,
@@ -147,13 +143,11 @@ impl Builder {
                 // The poll the recorder left unwritten around it, read as if
                 // it had been: its entry, the block, its end.
                 use leakscope_recording::{Phase, ScopeKind};
-                self.clock(ts);
                 let adopted =
                     self.sessions
                         .scope(ts, tid, ScopeKind::SessionSpan, Phase::Enter, span);
                 self.adopt(adopted);
-                self.whole_allocs += 1;
-                self.alloc_made(ts, tid, addr, size, stack, Made::Whole);
+                self.whole_alloc(ts, tid, addr, size, stack);
                 let adopted =
                     self.sessions
                         .scope(ts, tid, ScopeKind::SessionSpan, Phase::Exit, span);
@@ -298,6 +292,20 @@ impl Builder {
         if cell.is_some() {
             self.books.retag_cell(header, key, self.tasks.session(key));
         }
+    }
+
+    /// A block a sampled recording recorded whole: it stands for itself.
+    fn whole_alloc(
+        &mut self,
+        ts: u64,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        stack: Option<leakscope_recording::StackId>,
+    ) {
+        self.clock(ts);
+        self.whole_allocs += 1;
+        self.alloc_made(ts, tid, addr, size, stack, Made::Whole);
     }
 
     fn alloc_made(

@@ -48,8 +48,6 @@ impl TaskState {
 /// What the recording shows of one task's life.
 #[derive(Debug, Clone, Default)]
 pub struct TaskLife {
-    /// Its header: the address of its cell block.
-    pub header: u64,
     /// When its cell was allocated; `None`: before the recording began.
     pub born_ns: Option<u64>,
     /// The activity clock then (the recording's allocations so far).
@@ -62,7 +60,6 @@ pub struct TaskLife {
     /// The session it belongs to: spawned in a session's birth window or
     /// request, or by a task of that session.
     pub session: Option<SessionKey>,
-    pub first_poll_ns: u64,
     pub last_poll_ns: u64,
     pub polls: u32,
     /// When its cell was freed.
@@ -116,14 +113,12 @@ impl TaskTracker {
                     .or(session)
                     .or_else(|| parent.and_then(|p| self.lives[p as usize].session));
                 self.lives.push(TaskLife {
-                    header,
                     born_ns: cell.map(|c| c.ts),
                     born_seq: cell.map_or(0, |c| c.seq),
                     cell_size: cell.map_or(0, |c| c.size),
                     cell_stack: cell.and_then(|c| c.stack),
                     parent,
                     session,
-                    first_poll_ns: ts,
                     ..Default::default()
                 });
                 let key = self.lives.len() as TaskKey - 1;
@@ -152,13 +147,11 @@ impl TaskTracker {
         let parent = self.polling(tid);
         let session = session.or_else(|| parent.and_then(|p| self.lives[p as usize].session));
         self.lives.push(TaskLife {
-            header: id,
             born_ns: Some(ts),
             born_seq: seq,
             cell_stack: stack,
             parent,
             session,
-            first_poll_ns: ts,
             last_poll_ns: ts,
             ..Default::default()
         });
