@@ -15,6 +15,7 @@
 //! the subscriber, the application's `fmt` layer included.
 
 mod callsites;
+mod followed;
 mod serving;
 mod sessions;
 
@@ -206,6 +207,32 @@ mod tests {
             // Not recording: a session's service loop gets no span to enter.
             let serving = tracing::info_span!(target: "rmcp::service", "serve_inner");
             assert!(serving.is_disabled());
+        });
+    }
+
+    /// The layer's table of the spans it follows holds those open, and
+    /// lets each go when it closes, recording or not: a server that runs
+    /// for days makes spans without end.
+    #[test]
+    fn the_layer_keeps_what_it_follows_while_it_is_open() {
+        let layer: SessionLayer = SessionLayer::default();
+        let table = layer.inner.inner().followed.clone();
+        let subscriber = tracing_subscriber::registry()
+            .with(layer)
+            .with(Counts::default());
+        tracing::subscriber::with_default(subscriber, || {
+            let task = tracing::trace_span!(target: "tokio::task", "runtime.spawn");
+            let session = tracing::info_span!("mcp_session", session_id = "s");
+            let other = tracing::info_span!("not_followed");
+            assert!(!other.is_disabled(), "made for the other layer");
+            assert_eq!(table.len(), 2);
+            task.in_scope(|| session.in_scope(|| other.in_scope(|| {})));
+            assert_eq!(table.len(), 2);
+            drop(task);
+            assert_eq!(table.len(), 1);
+            drop(session);
+            drop(other);
+            assert_eq!(table.len(), 0);
         });
     }
 

@@ -11,6 +11,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::followed::{Closed, Followed, SessionSpan, Table, TaskSpan};
 use super::serving::Serving;
 use crate::recorder::cost::{Part, skipped};
 use crate::recorder::mode::recording;
@@ -20,35 +21,6 @@ use crate::recorder::{
     RawKind, record_poll, record_poll_end, record_scope, record_session_created, record_session_id,
     record_task_spawned, tid,
 };
-
-/// Per-span state kept in the registry's extensions.
-///
-/// Span ids are reused by `tracing` after a span closes, so each new span announces
-/// itself at its first enter with a session-id fact: its id, or "" when the id is
-/// recorded later (then the real id follows as soon as it is known).
-struct SessionSpan {
-    id: Option<String>,
-    /// A fact (maybe "") has been sent for this span.
-    announced: bool,
-    /// Its real id has been sent.
-    named: bool,
-    /// Which of its polls a sampled recording kept.
-    polls: PollsKept,
-}
-
-/// Marks a tokio task's span (`runtime.spawn`, target `tokio::task`): tokio
-/// makes one per task only in builds with `--cfg tokio_unstable` and its
-/// `tracing` feature, enters it around each poll and closes it when the task
-/// ends. It keeps which of the task's polls a sampled recording kept.
-struct TaskSpan {
-    polls: PollsKept,
-    /// The recording (`sampler::epoch`) that holds its spawn; 0 for none.
-    /// A task spawned before the recording began is of unknown birth, and
-    /// its empty polls are dropped here as the writer's coalescer would
-    /// (`PollsKept::UNBORN`): the probe relaying this stream leaves polls
-    /// as they come.
-    born: u32,
-}
 
 /// Whether a span is tokio's span of a task.
 pub(super) fn is_task_span(metadata: &tracing::Metadata<'_>) -> bool {
@@ -67,6 +39,8 @@ pub(super) struct Sessions {
     /// The sessions created and not served yet, when the preset has a
     /// serving span (`None`: nothing to queue).
     serving: Option<Arc<Serving>>,
+    /// The spans it follows, and what it keeps of each.
+    pub(super) followed: Arc<Table>,
 }
 
 impl Sessions {
@@ -79,6 +53,7 @@ impl Sessions {
                 .iter()
                 .any(|s| s.naming() == SpanNaming::Unserved)
                 .then(Arc::default),
+            followed: Arc::default(),
         }
     }
 
@@ -179,16 +154,15 @@ impl Visit for IdVisitor<'_> {
 }
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         if is_task_span(attrs.metadata()) {
-            quietly(|| {
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(TaskSpan {
-                        polls: PollsKept::default(),
-                        born: if recording() { epoch() } else { 0 },
-                    });
-                }
-            });
+            self.followed.insert(
+                id.into_u64(),
+                Followed::Task(TaskSpan {
+                    polls: PollsKept::default(),
+                    born: if recording() { epoch() } else { 0 },
+                }),
+            );
             // Made inside `tokio::spawn`: the stack names the spawner.
             record_task_spawned(id.into_u64());
             return;
@@ -203,14 +177,16 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
                 // Serving no session we know of (made before recording began).
                 return;
             }
-            if let Some(span) = ctx.span(id) {
-                span.extensions_mut().insert(SessionSpan {
+            self.followed.insert(
+                id.into_u64(),
+                Followed::Session(SessionSpan {
                     id: first,
                     announced: false,
                     named: false,
                     polls: PollsKept::default(),
-                });
-            }
+                    worker: rule.worker,
+                }),
+            );
         });
     }
 
@@ -228,68 +204,65 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         }) else {
             return;
         };
-        let mut extensions = span.extensions_mut();
-        if let Some(state) = extensions.get_mut::<SessionSpan>() {
-            // Learned while entered (after creating the session): name it now.
-            if state.announced && !state.named && ctx.current_span().id() == Some(id) {
-                record_session_id(&session_id);
-                state.named = true;
+        let current = ctx.current_span().id() == Some(id);
+        self.followed.with(id.into_u64(), |followed| {
+            if let Followed::Session(state) = followed {
+                // Learned while entered (after creating the session): name it now.
+                if state.announced && !state.named && current {
+                    record_session_id(&session_id);
+                    state.named = true;
+                }
+                state.id = Some(session_id);
             }
-            state.id = Some(session_id);
-        }
+        });
     }
 
-    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+    fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
         // Nothing to record while off: no lookup either (a cooperative
         // server pays this on every span it enters, switched on or not). A
         // session span first entered once recording is on is announced then.
         if !recording() || skipped(Part::Polls) {
             return;
         }
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        let mut extensions = span.extensions_mut();
-        if extensions.get_mut::<TaskSpan>().is_some() {
-            record_poll(RawKind::TaskPoll, id.into_u64());
-            return;
-        }
-        let Some(state) = extensions.get_mut::<SessionSpan>() else {
-            return;
-        };
-        record_poll(RawKind::SpanEnter, id.into_u64());
-        if !state.named {
-            match &state.id {
-                Some(session_id) => {
-                    record_session_id(session_id);
-                    state.named = true;
+        self.followed
+            .with(id.into_u64(), |followed| match followed {
+                Followed::Task(_) => record_poll(RawKind::TaskPoll, id.into_u64()),
+                Followed::Session(state) => {
+                    record_poll(RawKind::SpanEnter, id.into_u64());
+                    if !state.named {
+                        match &state.id {
+                            Some(session_id) => {
+                                record_session_id(session_id);
+                                state.named = true;
+                            }
+                            None if !state.announced => record_session_id(""),
+                            None => {}
+                        }
+                        state.announced = true;
+                    }
                 }
-                None if !state.announced => record_session_id(""),
-                None => {}
-            }
-            state.announced = true;
-        }
+            });
     }
 
-    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+    fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         if !recording() || skipped(Part::Polls) {
             return;
         }
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        let mut extensions = span.extensions_mut();
-        if let Some(task) = extensions.get_mut::<TaskSpan>() {
-            let mut unborn = PollsKept::UNBORN;
-            let kept = if task.born == epoch() {
-                &mut task.polls
-            } else {
-                &mut unborn
-            };
-            record_poll_end(RawKind::TaskPollEnd, id.into_u64(), kept);
-        } else if let Some(session) = extensions.get_mut::<SessionSpan>() {
-            record_poll_end(RawKind::SpanExit, id.into_u64(), &mut session.polls);
-        }
+        self.followed
+            .with(id.into_u64(), |followed| match followed {
+                Followed::Task(task) => {
+                    let mut unborn = PollsKept::UNBORN;
+                    let kept = if task.born == epoch() {
+                        &mut task.polls
+                    } else {
+                        &mut unborn
+                    };
+                    record_poll_end(RawKind::TaskPollEnd, id.into_u64(), kept);
+                }
+                Followed::Session(session) => {
+                    record_poll_end(RawKind::SpanExit, id.into_u64(), &mut session.polls);
+                }
+            });
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
@@ -324,20 +297,18 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Sessions {
         }
     }
 
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        // Out of the table whether recording or not: it holds open spans only.
+        let closed = self.followed.remove(id.into_u64());
         if !recording() {
             return;
         }
-        let Some(span) = ctx.span(&id) else {
-            return;
-        };
-        let extensions = span.extensions();
-        if extensions.get::<TaskSpan>().is_some() {
-            record_scope(RawKind::TaskEnded, id.into_u64());
-        } else if extensions.get::<SessionSpan>().is_some()
-            && self.rule(span.name()).is_some_and(|r| r.worker)
-        {
-            record_scope(RawKind::WorkerEnd, id.into_u64());
+        match closed {
+            Some(Closed::Task) => record_scope(RawKind::TaskEnded, id.into_u64()),
+            Some(Closed::Session { worker: true }) => {
+                record_scope(RawKind::WorkerEnd, id.into_u64());
+            }
+            _ => {}
         }
     }
 }

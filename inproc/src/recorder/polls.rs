@@ -150,9 +150,8 @@ pub(super) fn enter(shared: &Shared, kind: RawKind, key: u64) {
 /// polls so far): written, with its entry if that waited, unless it held
 /// nothing and says nothing new.
 pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKept) {
-    let ts = monotonic_ns();
     if !sampler::sampling() {
-        push(shared, RawEvent::at(exit, key, ts), &[]);
+        push(shared, RawEvent::at(exit, key, monotonic_ns()), &[]);
         return;
     }
     let entry = entry_of(exit);
@@ -182,7 +181,9 @@ pub(super) fn exit(shared: &Shared, exit: RawKind, key: u64, kept: &mut PollsKep
         // it was, inside the polls around it.
         None => write_waiting(shared),
     }
-    push(shared, RawEvent::at(exit, key, ts), &[]);
+    // The clock read only for an end that is written: most polls of a
+    // sampled recording hold nothing and go unwritten.
+    push(shared, RawEvent::at(exit, key, monotonic_ns()), &[]);
 }
 
 /// Whose poll `exit` ends: a task's, or a session span's.
