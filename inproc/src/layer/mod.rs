@@ -123,10 +123,11 @@ where
     // Entering, leaving and closing go to the layer itself, past the
     // filter's check: the filter would look the span up to read whether it
     // made it, on every poll of every span the subscriber makes, recording
-    // or not, and the layer looks it up again. The layer does nothing while
-    // off, and finds its own state only in spans it was given at their
-    // making (`on_new_span` goes through the filter), so it needs no check:
-    // one lookup a poll while recording, none while off.
+    // or not, and the layer looks it up again. The layer does nothing on
+    // entering and leaving while off, and finds its own state (its table,
+    // `followed`) only for spans it was given at their making (`on_new_span`
+    // goes through the filter), so it needs no check: one lookup a poll
+    // while recording, none while off, and one at a span's close.
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         self.inner.inner().on_enter(id, ctx)
