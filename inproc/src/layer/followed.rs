@@ -14,9 +14,15 @@
 //! closes. An entry goes in when its span is made ([`Table::insert`]) and
 //! out when it closes ([`Table::remove`]), so the table holds the open spans
 //! the layer follows and no more, recording or not.
+//!
+//! A child forked without `exec` leaves the table alone: another thread of
+//! the parent may have held a shard's lock at the fork, and would never let
+//! it go in the child. Nothing is recorded there (the recording is the
+//! parent's), so the child's spans need no state.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Once, PoisonError};
 
 use foldhash::fast::FixedState;
 use leakscope_recording::coalesce::PollsKept;
@@ -81,8 +87,28 @@ pub(super) struct Table {
     shards: Box<[Shard]>,
 }
 
+/// Set in a child forked without `exec` (see the module docs).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// Has every child forked from here on set [`FORKED`]; once a process.
+fn leave_alone_in_forked_children() {
+    static REGISTERED: Once = Once::new();
+    extern "C" fn in_child() {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    });
+}
+
 impl Default for Table {
     fn default() -> Self {
+        leave_alone_in_forked_children();
         Self {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(HashMap::with_hasher(FixedState::default())))
@@ -106,6 +132,9 @@ impl Table {
 
     /// A span the layer follows was made.
     pub(super) fn insert(&self, id: u64, followed: Followed) {
+        if forked() {
+            return;
+        }
         // The table's memory is leakscope's own, never the application's.
         quietly(|| {
             let old = lock(self.shard(id)).insert(id, followed);
@@ -117,11 +146,17 @@ impl Table {
     /// or close a span (the shard stays locked while it runs); recording is
     /// what it is for.
     pub(super) fn with<R>(&self, id: u64, f: impl FnOnce(&mut Followed) -> R) -> Option<R> {
+        if forked() {
+            return None;
+        }
         lock(self.shard(id)).get_mut(&id).map(f)
     }
 
     /// The span closed: what it was, if the layer followed it.
     pub(super) fn remove(&self, id: u64) -> Option<Closed> {
+        if forked() {
+            return None;
+        }
         // Its state (an id string) is let go as leakscope's own memory too.
         quietly(|| {
             lock(self.shard(id))
@@ -144,4 +179,71 @@ impl Table {
 /// A shard's map: a panic in another thread's `f` left it as it was.
 fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, HashMap<u64, Followed, FixedState>> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, mpsc};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A child forked while another thread holds a shard's lock closes a
+    /// span of that shard, and ends: the holder does not exist in the child,
+    /// so the lock would never be let go there.
+    #[test]
+    fn a_forked_child_leaves_the_table_alone() {
+        let table = Arc::new(Table::default());
+        let task = || {
+            Followed::Task(TaskSpan {
+                polls: PollsKept::default(),
+                born: 0,
+            })
+        };
+        table.insert(7, task());
+        let (held, is_held) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let holder = {
+            let table = table.clone();
+            std::thread::spawn(move || {
+                table.with(7, |_| {
+                    held.send(()).unwrap();
+                    released.recv().unwrap();
+                });
+            })
+        };
+        is_held.recv().unwrap();
+        // SAFETY: the child only reads an atomic and ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let left_alone = table.remove(7).is_none();
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(if left_alone { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        let started = Instant::now();
+        let mut status = 0;
+        let ended = loop {
+            // SAFETY: waits for our own child.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                break true;
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                // SAFETY: our own child, hung.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(ended, "the child hung on a lock held at the fork");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert!(table.remove(7).is_some(), "the parent's table is whole");
+        table.insert(8, task());
+        assert_eq!(table.len(), 1);
+    }
 }
