@@ -80,7 +80,14 @@ pub(super) enum Closed {
     },
 }
 
-type Shard = Mutex<HashMap<u64, Followed, FixedState>>;
+/// A shard: its lock on a cache-line pair of its own, so that two threads
+/// taking two shards' locks do not take each other's lines; each state in a
+/// block of its own, so that a poll's state written on one core does not
+/// take a line the map's neighbouring entries are read from on the other.
+#[repr(align(128))]
+struct Shard(Mutex<Map>);
+
+type Map = HashMap<u64, Box<Followed>, FixedState>;
 
 /// The spans the layer follows, by id.
 pub(super) struct Table {
@@ -111,7 +118,7 @@ impl Default for Table {
         leave_alone_in_forked_children();
         Self {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(FixedState::default())))
+                .map(|_| Shard(Mutex::new(HashMap::with_hasher(FixedState::default()))))
                 .collect(),
         }
     }
@@ -137,7 +144,7 @@ impl Table {
         }
         // The table's memory is leakscope's own, never the application's.
         quietly(|| {
-            let old = lock(self.shard(id)).insert(id, followed);
+            let old = lock(self.shard(id)).insert(id, Box::new(followed));
             drop(old);
         });
     }
@@ -149,7 +156,9 @@ impl Table {
         if forked() {
             return None;
         }
-        lock(self.shard(id)).get_mut(&id).map(f)
+        lock(self.shard(id))
+            .get_mut(&id)
+            .map(|followed| f(followed))
     }
 
     /// The span closed: what it was, if the layer followed it.
@@ -161,7 +170,7 @@ impl Table {
         quietly(|| {
             lock(self.shard(id))
                 .remove(&id)
-                .map(|followed| match followed {
+                .map(|followed| match *followed {
                     Followed::Task(_) => Closed::Task,
                     Followed::Session(span) => Closed::Session {
                         worker: span.worker,
@@ -177,8 +186,8 @@ impl Table {
 }
 
 /// A shard's map: a panic in another thread's `f` left it as it was.
-fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, HashMap<u64, Followed, FixedState>> {
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, Map> {
+    shard.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
