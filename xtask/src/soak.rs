@@ -1,9 +1,16 @@
 //! `cargo xtask soak --minutes 30`: the probe on a leaking server for a long
 //! time. `fixture-server --composition leaky` is churned at a steady rate of
 //! abandoned sessions with the probe attached; every 10 s the probe's resident
-//! memory and CPU time and the server's own heap figure are sampled. The
-//! probe's memory must stay flat while the server's grows with every leaked
-//! session. Writes `docs/soak.md`, `docs/images/soak.svg` and `bench/soak.json`.
+//! memory and CPU time, the server's resident memory, its own heap figure and
+//! the recording's bytes on disk are sampled. The probe's memory must stay
+//! flat while the server's grows with every leaked session. Writes
+//! `docs/NAME.md`, `docs/images/NAME.svg` and `bench/NAME.json` (`soak`).
+//!
+//! The same run left on as a user leaves it (issue 28): `--sample` records a
+//! sample, `--cooperative` records `fixture-server-cooperative` through its
+//! control socket instead of by eBPF, `--rotate 10m --keep 3` bounds the
+//! disk, and `--delete` closes every session, so the server keeps nothing
+//! and whatever grows in it is the recorder's.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +32,77 @@ pub struct SoakArgs {
     /// Seconds between samples.
     #[arg(long, default_value_t = 10)]
     every: u64,
+    /// Record a sample of the allocations, one every SIZE bytes on average
+    /// (`attach --sample`; 512KiB when given without a value).
+    #[arg(long, num_args = 0..=1, default_missing_value = "512KiB")]
+    sample: Option<String>,
+    /// The server is `fixture-server-cooperative` (the cooperative allocator
+    /// over glibc's), recorded through its control socket, not by eBPF.
+    #[arg(long)]
+    cooperative: bool,
+    /// Write the recording in segments, a new one this often (`attach --rotate`).
+    #[arg(long)]
+    rotate: Option<String>,
+    /// With --rotate: segments kept on disk (`attach --keep`).
+    #[arg(long, requires = "rotate")]
+    keep: Option<u32>,
+    /// Close each session with HTTP DELETE: the server keeps nothing, so its
+    /// memory shows what the recording itself costs it over time.
+    #[arg(long)]
+    delete: bool,
+    /// What the outputs are called: docs/NAME.md, docs/images/NAME.svg,
+    /// bench/NAME.json.
+    #[arg(long, default_value = "soak")]
+    name: String,
+}
+
+impl SoakArgs {
+    /// The server program: the cooperative build is switched on by the same
+    /// attach (through its control socket), the plain one is probed by eBPF.
+    fn server(&self) -> &'static str {
+        if self.cooperative {
+            "fixture-server-cooperative"
+        } else {
+            "fixture-server"
+        }
+    }
+
+    /// What the probe is given past `--pid` and `--out`.
+    fn attach_args(&self) -> Vec<String> {
+        let mut args = vec!["--force".to_owned()];
+        if let Some(size) = &self.sample {
+            args.extend(["--sample".to_owned(), size.clone()]);
+        }
+        if let Some(every) = &self.rotate {
+            args.extend(["--rotate".to_owned(), every.clone()]);
+        }
+        if let Some(keep) = self.keep {
+            args.extend(["--keep".to_owned(), keep.to_string()]);
+        }
+        args
+    }
+
+    /// The command that wrote the outputs, to rerun them.
+    fn command(&self) -> String {
+        let mut command = format!(
+            "cargo xtask soak --minutes {} --rate {}",
+            self.minutes, self.rate
+        );
+        for arg in self.attach_args().iter().skip(1) {
+            command.push(' ');
+            command.push_str(arg);
+        }
+        if self.cooperative {
+            command.push_str(" --cooperative");
+        }
+        if self.delete {
+            command.push_str(" --delete");
+        }
+        if self.name != "soak" {
+            command.push_str(&format!(" --name {}", self.name));
+        }
+        command
+    }
 }
 
 /// One sample.
@@ -33,51 +111,72 @@ struct Sample {
     probe_rss: u64,
     /// Probe CPU seconds (user + system) so far.
     probe_cpu_s: f64,
+    server_rss: u64,
     server_heap: u64,
     server_sessions: u64,
+    /// The recording's bytes on disk (every segment kept).
+    recording_bytes: u64,
 }
 
 pub fn run(args: &SoakArgs) -> Result<()> {
     if args.minutes == 0 || args.rate <= 0.0 || args.every == 0 {
         bail!("--minutes, --rate and --every must be positive");
     }
+    if args.name.is_empty()
+        || !args
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        bail!("--name is a file name's stem: letters, digits, '-' and '_'");
+    }
     let probe = crate::build::probe()?;
     let bin = crate::build::release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
-    let dir = target_dir().join("soak");
+    // A directory a soak: two soaks can run side by side.
+    let dir = target_dir().join("soak").join(&args.name);
     std::fs::create_dir_all(&dir)?;
     let recording = dir.join("soak.lsrec");
     // The server runs from a copy: the report at the end names frames only from
     // the very file the target ran, and a build during a long soak would
     // replace target/release/fixture-server.
-    let server_bin = dir.join("fixture-server");
-    std::fs::copy(bin.join("fixture-server"), &server_bin)
-        .context("cannot copy fixture-server for the soak")?;
+    let server_bin = dir.join(args.server());
+    std::fs::copy(bin.join(args.server()), &server_bin)
+        .with_context(|| format!("cannot copy {} for the soak", args.server()))?;
     let server = FixtureProcess::start(
         &server_bin,
         &["--composition", "leaky", "--keep-alive", "5s"],
     )?;
+    let attach_args = args.attach_args();
+    let attach_args: Vec<&str> = attach_args.iter().map(String::as_str).collect();
     let probe_child = ProbeProcess::start(
         crate::shell::privileged(&probe),
         server.pid(),
         &recording,
-        &["--force"],
+        &attach_args,
         Stdio::null(),
     )?;
     // Under sudo the child is sudo; the probe is its child.
     let probe_pid = probe_pid(probe_child.pid());
     let count = (args.minutes as f64 * 60.0 * args.rate).round() as u64;
-    let mut churn = Command::new(bin.join("churn"))
+    let mut churn = Command::new(bin.join("churn"));
+    churn
         .args(["--url", &server.mcp_url, "--count", &count.to_string()])
         .args(["--rate", &args.rate.to_string()])
         // churn stops at --max-time (5 min by default): give it the whole soak.
-        .args(["--max-time", &format!("{}s", args.minutes * 60 + 60)])
+        .args(["--max-time", &format!("{}s", args.minutes * 60 + 60)]);
+    if args.delete {
+        churn.arg("--delete");
+    }
+    let mut churn = churn
         .stdout(Stdio::null())
         .spawn()
         .context("cannot run churn")?;
     println!(
-        "soak: {count} sessions at {}/s into fixture-server (pid {}), probe pid {probe_pid}, sampling every {} s",
+        "soak: {count} sessions at {}/s into {} (pid {}), probe pid {probe_pid} ({}), sampling every {} s",
         args.rate,
+        args.server(),
         server.pid(),
+        attach_args.join(" "),
         args.every
     );
     let start = Instant::now();
@@ -88,16 +187,20 @@ pub fn run(args: &SoakArgs) -> Result<()> {
             t_s: start.elapsed().as_secs_f64(),
             probe_rss: crate::procs::rss_bytes(probe_pid),
             probe_cpu_s: crate::procs::cpu_seconds(probe_pid),
+            server_rss: crate::procs::rss_bytes(server.pid()),
             server_heap: debug.heap_in_use_bytes,
             server_sessions: debug.sessions,
+            recording_bytes: recording_bytes(&recording),
         };
         println!(
-            "{:>6.0} s: probe RSS {:.1} MiB, probe CPU {:.1} s; server heap {:.1} MiB, {} sessions in the map",
+            "{:>6.0} s: probe RSS {:.1} MiB, probe CPU {:.1} s; server RSS {:.1} MiB, heap {:.1} MiB, {} sessions in the map; recording {:.1} MiB",
             sample.t_s,
-            sample.probe_rss as f64 / 1048576.0,
+            mib(sample.probe_rss),
             sample.probe_cpu_s,
-            sample.server_heap as f64 / 1048576.0,
-            sample.server_sessions
+            mib(sample.server_rss),
+            mib(sample.server_heap),
+            sample.server_sessions,
+            mib(sample.recording_bytes),
         );
         samples.push(sample);
         if churn.try_wait()?.is_some() {
@@ -107,6 +210,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     // SIGINT makes the probe finish its recording.
     probe_child.signal_and_wait(2)?;
+    let report_started = Instant::now();
     let status = Command::new(bin.join("leakscope"))
         .arg("report")
         .arg(&recording)
@@ -117,10 +221,44 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     if !status.success() {
         bail!("leakscope report on the soak recording failed");
     }
+    let report_s = report_started.elapsed().as_secs_f64();
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report/summary.json"))?)?;
-    let recording_bytes = std::fs::metadata(&recording)?.len();
-    write_outputs(args, &samples, &summary, recording_bytes)
+    write_outputs(
+        args,
+        &samples,
+        &summary,
+        recording_bytes(&recording),
+        report_s,
+    )
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
+/// The bytes of `recording` on disk: the file, or with `--rotate` its
+/// segments (`soak.000001.lsrec`, ...).
+fn recording_bytes(recording: &std::path::Path) -> u64 {
+    let (Some(dir), Some(stem)) = (
+        recording.parent(),
+        recording.file_stem().and_then(|s| s.to_str()),
+    ) else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(stem) && name.ends_with(".lsrec")
+        })
+        .filter_map(|entry| entry.metadata().ok())
+        .map(|meta| meta.len())
+        .sum()
 }
 
 /// The probe's pid: `pid` itself, or its only child when `pid` is sudo.
@@ -140,63 +278,127 @@ fn write_outputs(
     samples: &[Sample],
     summary: &Value,
     recording_bytes: u64,
+    report_s: f64,
 ) -> Result<()> {
     use std::fmt::Write as _;
     let first = samples.first().context("no sample")?;
     let last = samples.last().context("no sample")?;
-    let rss_max = samples.iter().map(|s| s.probe_rss).max().unwrap_or(0);
-    let rss_min = samples.iter().map(|s| s.probe_rss).min().unwrap_or(0);
+    let range = |value: fn(&Sample) -> u64| {
+        let values = samples.iter().map(value);
+        (values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
+    };
+    let (rss_min, rss_max) = range(|s| s.probe_rss);
+    let (server_rss_min, server_rss_max) = range(|s| s.server_rss);
+    let disk_max = range(|s| s.recording_bytes).1.max(recording_bytes);
     let duration = (last.t_s - first.t_s).max(1e-9);
     let heap_growth = last.server_heap as f64 - first.server_heap as f64;
     let cpu_share = (last.probe_cpu_s - first.probe_cpu_s) / duration;
     let results = json!({
+        "command": args.command(),
         "minutes": args.minutes,
         "rate_per_s": args.rate,
+        "server": args.server(),
+        "sample": args.sample,
+        "rotate": args.rotate,
+        "keep": args.keep,
+        "delete": args.delete,
         "samples": samples.iter().map(|s| json!({
             "t_s": s.t_s, "probe_rss_bytes": s.probe_rss, "probe_cpu_s": s.probe_cpu_s,
-            "server_heap_bytes": s.server_heap, "server_sessions": s.server_sessions,
+            "server_rss_bytes": s.server_rss, "server_heap_bytes": s.server_heap,
+            "server_sessions": s.server_sessions, "recording_bytes": s.recording_bytes,
         })).collect::<Vec<_>>(),
         "probe_rss_min_bytes": rss_min,
         "probe_rss_max_bytes": rss_max,
         "probe_cpu_share": cpu_share,
+        "server_rss_min_bytes": server_rss_min,
+        "server_rss_max_bytes": server_rss_max,
         "server_heap_growth_bytes": heap_growth,
         "recording_bytes": recording_bytes,
+        "recording_bytes_max": disk_max,
+        "report_s": report_s,
         "verdict": summary["verdict"],
         "sessions": summary["sessions"]["count"],
     });
     let root = workspace_root();
+    let name = &args.name;
     std::fs::write(
-        root.join("bench/soak.json"),
+        root.join(format!("bench/{name}.json")),
         serde_json::to_string_pretty(&results)? + "\n",
     )?;
-    std::fs::write(root.join("docs/images/soak.svg"), chart(samples))?;
+    std::fs::write(root.join(format!("docs/images/{name}.svg")), chart(samples))?;
     let mut md = String::new();
-    let _ = writeln!(md, "# Soak: the probe on a leaking server\n");
+    let how = match (&args.sample, args.cooperative) {
+        (None, false) => "`leakscope-probe` attached throughout (every call, by eBPF)".to_owned(),
+        (None, true) => {
+            "`leakscope-probe` attached throughout (every call, through the cooperative allocator)"
+                .to_owned()
+        }
+        (Some(size), false) => {
+            format!("`leakscope-probe attach --sample {size}` throughout (by eBPF)")
+        }
+        (Some(size), true) => format!(
+            "`leakscope-probe attach --sample {size}` throughout (through the cooperative allocator)"
+        ),
+    };
+    let rotation = match (&args.rotate, args.keep) {
+        (Some(every), Some(keep)) => format!(", in segments of {every}, the last {keep} kept"),
+        (Some(every), None) => format!(", in segments of {every}"),
+        _ => String::new(),
+    };
+    let sessions = if args.delete {
+        "sessions each closed by HTTP DELETE (the server keeps nothing: what grows in it is the recorder's)"
+    } else {
+        "abandoned sessions"
+    };
     let _ = writeln!(
         md,
-        "Written by `cargo xtask soak --minutes {} --rate {}`: `fixture-server --composition leaky` \
-         (keep-alive 5 s) churned with {} abandoned sessions per second for {} minutes, \
-         `leakscope-probe` attached throughout, sampled every {} s. Rerun the command for your own.\n",
-        args.minutes, args.rate, args.rate, args.minutes, args.every
+        "# Soak: {} on a leaking server{}\n",
+        if args.sample.is_some() {
+            "sampled recording left on"
+        } else {
+            "the probe"
+        },
+        if args.cooperative {
+            " (cooperative)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         md,
-        "![probe RSS and server heap over time](images/soak.svg)\n"
+        "Written by `{}`: `{} --composition leaky` (keep-alive 5 s) churned with {} {sessions} per \
+         second for {} minutes, {how}{rotation}, sampled every {} s. Rerun the command for your own.\n",
+        args.command(),
+        args.server(),
+        args.rate,
+        args.minutes,
+        args.every
     );
     let _ = writeln!(
         md,
-        "- probe resident memory: {:.1} to {:.1} MiB over the run;\n- probe CPU: {:.1}% of one core on average;\n- the server's own heap figure (`mallinfo2`): {:+.1} MiB, {} sessions left in its map;\n- the recording: {:.1} MiB; the report's verdict: {}\n",
-        rss_min as f64 / 1048576.0,
-        rss_max as f64 / 1048576.0,
+        "![probe RSS, server RSS and server heap over time](images/{name}.svg)\n"
+    );
+    let _ = writeln!(
+        md,
+        "- probe resident memory: {:.1} to {:.1} MiB over the run;\n- probe CPU: {:.1}% of one core on average;\n\
+         - the server's resident memory: {:.1} to {:.1} MiB; its own heap figure (`mallinfo2`): {:+.1} MiB, {} sessions left in its map;\n\
+         - the recording: {:.1} MiB on disk at the end (at most {:.1} MiB during the run); `leakscope report` read it in {:.1} s; its verdict: {}\n",
+        mib(rss_min),
+        mib(rss_max),
         cpu_share * 100.0,
+        mib(server_rss_min),
+        mib(server_rss_max),
         heap_growth / 1048576.0,
         last.server_sessions,
-        recording_bytes as f64 / 1048576.0,
+        mib(recording_bytes),
+        mib(disk_max),
+        report_s,
         summary["verdict"].as_str().unwrap_or("?")
     );
     let _ = writeln!(
         md,
-        "| time | probe RSS | probe CPU (cumulative) | server heap | sessions in the map |\n| ---: | ---: | ---: | ---: | ---: |"
+        "| time | probe RSS | probe CPU (cumulative) | server RSS | server heap | sessions in the map | recording on disk |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let step = (samples.len() / 30).max(1);
     // Every step-th sample, and the last one unless it was just shown.
@@ -205,21 +407,23 @@ fn write_outputs(
     for s in samples.iter().step_by(step).chain(tail) {
         let _ = writeln!(
             md,
-            "| {:.0} s | {:.1} MiB | {:.1} s | {:.1} MiB | {} |",
+            "| {:.0} s | {:.1} MiB | {:.1} s | {:.1} MiB | {:.1} MiB | {} | {:.1} MiB |",
             s.t_s,
-            s.probe_rss as f64 / 1048576.0,
+            mib(s.probe_rss),
             s.probe_cpu_s,
-            s.server_heap as f64 / 1048576.0,
-            s.server_sessions
+            mib(s.server_rss),
+            mib(s.server_heap),
+            s.server_sessions,
+            mib(s.recording_bytes),
         );
     }
-    let _ = writeln!(md, "\nEvery sample is in `bench/soak.json`.");
-    std::fs::write(root.join("docs/soak.md"), md)?;
-    println!("wrote docs/soak.md, docs/images/soak.svg and bench/soak.json");
+    let _ = writeln!(md, "\nEvery sample is in `bench/{name}.json`.");
+    std::fs::write(root.join(format!("docs/{name}.md")), md)?;
+    println!("wrote docs/{name}.md, docs/images/{name}.svg and bench/{name}.json");
     Ok(())
 }
 
-/// Probe RSS and server heap over time, each on its own scale, as SVG.
+/// Probe RSS, server RSS and server heap over time, on one scale, as SVG.
 /// Hand-written like the bench's bars: two polylines need no plotting crate.
 fn chart(samples: &[Sample]) -> String {
     use std::fmt::Write as _;
@@ -234,7 +438,7 @@ fn chart(samples: &[Sample]) -> String {
         .max(1) as f64;
     let rss_max = samples
         .iter()
-        .map(|s| s.probe_rss)
+        .map(|s| s.probe_rss.max(s.server_rss))
         .max()
         .unwrap_or(1)
         .max(1) as f64;
@@ -253,7 +457,9 @@ fn chart(samples: &[Sample]) -> String {
     let mut svg = crate::svg::open(
         w,
         h,
-        &format!("Soak: probe RSS (red) and the server's heap (blue), MiB, over {t_max:.0} s"),
+        &format!(
+            "Soak: probe RSS (red), the server's RSS (green) and heap (blue), MiB, over {t_max:.0} s"
+        ),
     );
     let _ = writeln!(
         svg,
@@ -288,6 +494,11 @@ fn chart(samples: &[Sample]) -> String {
         svg,
         r##"<polyline fill="none" stroke="#d62728" stroke-width="2" points="{}"/>"##,
         line(&|s| s.probe_rss as f64)
+    );
+    let _ = writeln!(
+        svg,
+        r##"<polyline fill="none" stroke="#2ca02c" stroke-width="2" points="{}"/>"##,
+        line(&|s| s.server_rss as f64)
     );
     svg.push_str("</svg>\n");
     svg
