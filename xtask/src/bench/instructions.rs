@@ -294,6 +294,7 @@ fn churn(env: &ServerEnv, url: &str, count: u64) -> Result<u64> {
     let output = Command::new(env.bin.join("churn"))
         .args(["--url", url, "--rate", "1000000", "--concurrency", "4"])
         .args(["--count", &count.to_string(), "--max-time", "600s"])
+        .args(["--calls", &env.calls.to_string()])
         .output()
         .context("churn")?;
     let last = String::from_utf8_lossy(&output.stdout)

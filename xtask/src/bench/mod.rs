@@ -79,6 +79,11 @@ pub struct BenchArgs {
     /// analyzer's replayed recordings are kept in target/bench then.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
+    /// With --only: `tools/call`s each churned session sends after its
+    /// handshake (`churn --calls`), for sessions that do work rather than
+    /// only begin; a whole run churns sessions of one call [default: 1].
+    #[arg(long)]
+    calls: Option<u32>,
     /// Measure nothing: write docs/BENCHMARKS.md and docs/images/bench-*.svg
     /// from bench/results.json as it is, as a whole run renders them (for
     /// working on the page).
@@ -112,6 +117,11 @@ enum Section {
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
+    if args.calls.is_some() && (args.only.is_empty() || args.render) {
+        // The published files are of sessions of one call: another count
+        // is for working on one section.
+        anyhow::bail!("--calls is for a working run: give it with --only");
+    }
     if args.render {
         render::write_files(&workspace_root())?;
         println!("wrote docs/BENCHMARKS.md and docs/images/bench-*.svg from bench/results.json");
@@ -218,6 +228,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         scratch: &scratch,
         seconds: args.load_seconds.unwrap_or(if args.quick { 2 } else { 10 }),
         loads: if args.quick { &QUICK_LOADS } else { &LOADS },
+        calls: args.calls.unwrap_or(1),
     };
     if wanted(Section::Server) {
         results.server = Some(server_load(&server_env)?);

@@ -129,6 +129,8 @@ pub(super) struct ServerEnv<'a> {
     pub seconds: u64,
     /// [`LOADS`] or [`QUICK_LOADS`].
     pub loads: &'a [Option<f64>],
+    /// `tools/call`s a churned session sends (`churn --calls`).
+    pub calls: u32,
 }
 
 /// Every tool at every load, or why the tool was skipped.
@@ -343,6 +345,7 @@ fn churn(env: &ServerEnv, url: &str, load: Option<f64>) -> Result<ChurnReport> {
     // The same bound at every load, so that a rated load is held back by the
     // server alone (with churn's default of 8, 200/s stalled at ~175/s).
     command.args(["--concurrency", &IN_FLIGHT.to_string()]);
+    command.args(["--calls", &env.calls.to_string()]);
     // churn exits non-zero when it stops short of --count, which saturation
     // always does: its JSON line is the result either way.
     let output = command
