@@ -189,23 +189,32 @@ fn findings_section(md: &mut String, summary: &Summary, timeline: &Timeline) {
 /// The second line: what the verdict rests on.
 fn evidence_line(summary: &Summary, timeline: &Timeline) -> String {
     let s = &summary.sessions;
+    let sampling = timeline.header.sampling;
     if s.count > 0 {
         let st = s.states;
-        let retained = if st.leaked > 0 {
+        let retained = if st.leaked == 0 {
+            String::new()
+        } else if sampling.is_sampled() {
+            // A session's own figure rests on the few samples that fell in
+            // it (most fall in none: their p50 is the blocks recorded whole
+            // alone); their mean over many sessions is the estimate.
+            format!(
+                "; a leaked session retains ~{} on average, {} in all (estimated from samples)",
+                bytes(s.retained_bytes.total / st.leaked),
+                estimated_bytes(s.retained_bytes.total, sampling)
+            )
+        } else {
             format!(
                 "; a leaked session retains {} (p50), {} in all",
                 bytes(s.retained_bytes.p50),
                 bytes(s.retained_bytes.total)
             )
-        } else {
-            String::new()
         };
         return format!(
             "**Sessions:** {} born: {} leaked, {} closed, {} live, {} unknown{retained} ([per session]({PER_SESSION}), [by category]({BY_CATEGORY})).",
             s.count, st.leaked, st.closed, st.live, st.unknown
         );
     }
-    let sampling = timeline.header.sampling;
     match summary.findings.first() {
         Some(f) => format!(
             "**Top site:** `{}` {}, growing at {}/s{} ([findings]({FINDINGS})).",

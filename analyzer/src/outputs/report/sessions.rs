@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::READABLE_NAME;
 use crate::model::{Part, Timeline, median};
 use crate::outputs::summary::{SessionParts, Summary};
-use crate::units::bytes;
+use crate::units::{bytes, estimated_bytes};
 
 /// The sessions' sections: categories, per session, the plateau model, and
 /// the sites ended sessions retain.
@@ -71,28 +71,68 @@ pub(super) fn sessions_sections(md: &mut String, summary: &Summary, timeline: &T
         }
     }
     let _ = writeln!(md);
-    let _ = writeln!(md, "| per session | p50 | p90 | max |");
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
-    let _ = writeln!(
-        md,
-        "| transient (freed within the grace period after the worker ended) | {} | {} | {} |",
-        bytes(s.transient_bytes.p50),
-        bytes(s.transient_bytes.p90),
-        bytes(s.transient_bytes.max)
-    );
-    let _ = writeln!(
-        md,
-        "| retained by a leaked session (still live, worker gone) | {} | {} | {} |",
-        bytes(s.retained_bytes.p50),
-        bytes(s.retained_bytes.p90),
-        bytes(s.retained_bytes.max)
-    );
+    per_session_bytes(md, summary, timeline);
 
     session_parts(md, summary);
     if s.worker_ended > 0 {
         plateau_model(md, summary, timeline);
     }
     top_sites(md, summary);
+}
+
+/// What a session's worker left behind and what a leaked session keeps.
+/// Recorded whole, their spread over sessions; sampled, their mean: a
+/// session's own figure rests on the few samples that fell in it (most fall
+/// in none, so its p50 is its blocks recorded whole alone, and its largest
+/// one sample's weight), while the mean over many sessions is the estimate
+/// the verdict gives.
+fn per_session_bytes(md: &mut String, summary: &Summary, timeline: &Timeline) {
+    let s = &summary.sessions;
+    const TRANSIENT: &str = "transient (freed within the grace period after the worker ended)";
+    const RETAINED: &str = "retained by a leaked session (still live, worker gone)";
+    let sampling = timeline.header.sampling;
+    if !sampling.is_sampled() {
+        let _ = writeln!(md, "| per session | p50 | p90 | max |");
+        let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
+        let t = &s.transient_bytes;
+        let r = &s.retained_bytes;
+        let _ = writeln!(
+            md,
+            "| {TRANSIENT} | {} | {} | {} |\n| {RETAINED} | {} | {} | {} |",
+            bytes(t.p50),
+            bytes(t.p90),
+            bytes(t.max),
+            bytes(r.p50),
+            bytes(r.p90),
+            bytes(r.max)
+        );
+        return;
+    }
+    let (ended, transient) = timeline
+        .sessions
+        .iter()
+        .filter(|session| session.worker_end_ns.is_some())
+        .fold((0u64, 0u64), |(n, sum), session| {
+            (n + 1, sum + session.transient)
+        });
+    let leaked = s.states.leaked;
+    let _ = writeln!(
+        md,
+        "Estimated from samples: a session's own figure rests on the few samples that fell in it, so the mean over sessions is given, not their spread.\n"
+    );
+    let _ = writeln!(md, "| per session | sessions | mean | in all |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: |");
+    for (what, count, total) in [
+        (TRANSIENT, ended, transient),
+        (RETAINED, leaked, s.retained_bytes.total),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {what} | {count} | ~{} | {} |",
+            bytes(total / count.max(1)),
+            estimated_bytes(total, sampling)
+        );
+    }
 }
 
 /// What a live and a leaked session hold, by part: the mean session, whose

@@ -78,3 +78,75 @@ fn a_sessions_parts_add_up_to_the_total_shown() {
         "no column for a state no session is in"
     );
 }
+
+/// Sampled, a leaked session's own figure is its blocks recorded whole and
+/// the few samples that fell in it (most sessions: none), so its p50 says
+/// far less than it keeps: the report gives the mean over sessions, the
+/// estimate the verdict gives, and keeps p50 and p90 for a recording of
+/// every call.
+#[test]
+fn a_sampled_recording_gives_a_sessions_mean_not_its_p50() {
+    use crate::model::SessionState;
+    use leakscope_recording::sampling::Sampling;
+    use leakscope_recording::{EndReason, Phase, Record, ScopeKind, Tail};
+    let report = |sampling: Sampling| {
+        let mut builder = crate::stages::timeline::Builder::new(
+            crate::stages::attribute::Rules::builtin(),
+            1,
+            1_000_000_000,
+        );
+        for i in 0..10u32 {
+            for phase in [Phase::Enter, Phase::Exit] {
+                builder.push(Record::Scope {
+                    ts: 10 + u64::from(i),
+                    tid: i + 1,
+                    kind: ScopeKind::SessionCreate,
+                    phase,
+                    arg: 0,
+                });
+            }
+        }
+        builder.push(Record::End {
+            ts: 100,
+            reason: EndReason::Finished,
+        });
+        let mut header = crate::stages::timeline::tests::header();
+        header.sampling = sampling;
+        let mut timeline = builder.finish(header, Tail::Clean);
+        assert_eq!(timeline.sessions.len(), 10);
+        // Nine hold their 512-byte entry alone; one was sampled too.
+        for (i, session) in timeline.sessions.iter_mut().enumerate() {
+            session.state = SessionState::Leaked;
+            session.worker_end_ns = Some(50);
+            session.retained = if i == 0 { 512 + 115_200 } else { 512 };
+        }
+        let summary = crate::outputs::summary::summarize(&timeline);
+        let mut md = super::evidence_line(&summary, &timeline);
+        sessions::sessions_sections(&mut md, &summary, &timeline);
+        md
+    };
+    let sampled = report(Sampling::Bytes { mean: 512 << 10 });
+    assert!(
+        sampled.contains("a leaked session retains ~11.8 KiB on average"),
+        "{sampled}"
+    );
+    assert!(
+        sampled.contains(
+            "| retained by a leaked session (still live, worker gone) | 10 | ~11.8 KiB |"
+        ),
+        "{sampled}"
+    );
+    assert!(
+        !sampled.contains("512 B"),
+        "no session's own p50: {sampled}"
+    );
+    let every = report(Sampling::Every);
+    assert!(
+        every.contains("a leaked session retains 512 B (p50), 117.5 KiB in all"),
+        "{every}"
+    );
+    assert!(
+        every.contains("| per session | p50 | p90 | max |"),
+        "{every}"
+    );
+}

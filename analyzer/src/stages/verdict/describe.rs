@@ -5,7 +5,7 @@ use leakscope_recording::sampling::Sampling;
 
 use super::{DAY_S, MIN_LEAK_BYTES, MIN_LEAK_BYTES_PER_DAY};
 use crate::model::{Site, SpawnSite, UNKNOWN_SITE, site_name};
-use crate::units::{bytes, keeps};
+use crate::units::{bytes, estimated_bytes, keeps};
 
 /// "`site` keeps 1.2 MiB in 500 blocks never freed, growing at 3.4 KiB/s
 /// (287 MiB a day)" (in a sampled recording, "~1.2 MiB ±14% in ~500
@@ -50,7 +50,7 @@ fn minutes(seconds: f64) -> String {
 
 /// "200 tasks spawned from `subscribe` are parked, each keeping 2.0 KiB (p50)
 /// ...; none has ended".
-pub(super) fn describe_parked(site: &SpawnSite) -> String {
+pub(super) fn describe_parked(site: &SpawnSite, sampling: Sampling) -> String {
     let ended = match site.ended {
         0 => "none has ended".to_owned(),
         n => format!("only {n} of the {} it spawned ended", site.count),
@@ -66,11 +66,19 @@ pub(super) fn describe_parked(site: &SpawnSite) -> String {
                 .trim_matches(['(', ')'])
         )
     };
+    // Sampled, a task's own figure rests on the few samples in it: the mean.
+    let each = if sampling.is_sampled() {
+        format!(
+            "~{} on average",
+            bytes(site.alive_bytes.total / (site.alive + site.parked).max(1))
+        )
+    } else {
+        format!("{} (p50)", bytes(site.alive_bytes.p50))
+    };
     format!(
-        "{} tasks spawned {from} are parked (not polled for most of their life), each keeping {} (p50), {} in all; {ended}",
+        "{} tasks spawned {from} are parked (not polled for most of their life), each keeping {each}, {} in all; {ended}",
         site.parked,
-        bytes(site.alive_bytes.p50),
-        bytes(site.alive_bytes.total),
+        estimated_bytes(site.alive_bytes.total, sampling),
     )
 }
 

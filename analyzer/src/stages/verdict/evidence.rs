@@ -52,6 +52,9 @@ pub struct SessionFigures {
     /// p50 of a live session's idle time, and of what it holds.
     pub live_idle_p50_s: f64,
     pub live_bytes_p50: u64,
+    /// The mean of what a live session holds (a sampled recording's figure,
+    /// for the reason `retained_mean` gives).
+    pub live_bytes_mean: u64,
     /// Live sessions whose worker was polled at most once (when it started):
     /// their client never sent `initialize`.
     pub uninitialized: u64,
@@ -72,6 +75,13 @@ impl<'a> Evidence<'a> {
                 .collect();
             values.sort_unstable();
             percentile(&values, 50.0)
+        };
+        let mean_of = |state: SessionState, figure: fn(&crate::model::Session) -> u64| {
+            let (n, sum) = sessions
+                .iter()
+                .filter(|s| s.state == state)
+                .fold((0u64, 0u64), |(n, sum), s| (n + 1, sum + figure(s)));
+            sum / n.max(1)
         };
         let retained = |c: &Category| timeline.categories[*c].retained;
         let total_retained: u64 = Category::ALL.iter().map(retained).sum();
@@ -94,14 +104,10 @@ impl<'a> Evidence<'a> {
                     .filter(|s| s.worker_end_ns.is_some())
                     .count() as u64,
                 retained_p50: p50_of(SessionState::Leaked, |s| s.retained),
-                retained_mean: {
-                    let leaked = sessions.iter().filter(|s| s.state == SessionState::Leaked);
-                    let (n, sum) =
-                        leaked.fold((0u64, 0u64), |(n, sum), s| (n + 1, sum + s.retained));
-                    sum / n.max(1)
-                },
+                retained_mean: mean_of(SessionState::Leaked, |s| s.retained),
                 live_idle_p50_s: p50_of(SessionState::Live, |s| s.idle_ns) as f64 / 1e9,
                 live_bytes_p50: p50_of(SessionState::Live, |s| s.live_at_end),
+                live_bytes_mean: mean_of(SessionState::Live, |s| s.live_at_end),
                 uninitialized: sessions
                     .iter()
                     .filter(|s| s.state == SessionState::Live && s.polls <= 1)

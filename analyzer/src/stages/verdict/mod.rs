@@ -76,7 +76,10 @@ pub fn decide(evidence: &Evidence) -> (VerdictKind, String) {
     if let Some(site) = evidence.parked {
         return (
             VerdictKind::Leak,
-            format!("{} ({no_sessions}){caveat}.", describe_parked(site)),
+            format!(
+                "{} ({no_sessions}){caveat}.",
+                describe_parked(site, evidence.sampling)
+            ),
         );
     }
     if let Some(site) = candidate {
@@ -240,13 +243,17 @@ fn sessions_verdict(
         );
     }
     if st.live > 0 {
+        let holding = if evidence.sampling.is_sampled() {
+            format!(
+                "~{} each on average (estimated from samples)",
+                bytes(s.live_bytes_mean)
+            )
+        } else {
+            format!("{} each (p50)", bytes(s.live_bytes_p50))
+        };
         let live = format!(
-            "{} of {} sessions are still in the map with their worker running, idle for {:.0} s (p50) and holding {} each (p50); {} closed",
-            st.live,
-            s.count,
-            s.live_idle_p50_s,
-            bytes(s.live_bytes_p50),
-            st.closed
+            "{} of {} sessions are still in the map with their worker running, idle for {:.0} s (p50) and holding {holding}; {} closed",
+            st.live, s.count, s.live_idle_p50_s, st.closed
         );
         let uninitialized = s.uninitialized;
         return match Reaping::of(evidence.rmcp_version) {
@@ -298,7 +305,7 @@ fn sessions_verdict(
     if let Some(site) = evidence.parked {
         text.push_str(&format!(
             "; but outside sessions, {}",
-            describe_parked(site)
+            describe_parked(site, evidence.sampling)
         ));
         return (VerdictKind::Leak, format!("{text}{caveat}."));
     }
