@@ -352,11 +352,11 @@ fn write_outputs(
     };
     let _ = writeln!(
         md,
-        "# Soak: {} on a leaking server{}\n",
+        "# Soak: {} a leaking server{}\n",
         if args.sample.is_some() {
-            "sampled recording left on"
+            "a sampled recording left on"
         } else {
-            "the probe"
+            "the probe on"
         },
         if args.cooperative {
             " (cooperative)"

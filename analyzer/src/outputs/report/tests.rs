@@ -23,30 +23,7 @@ fn figures_link_once_and_never_inside_a_link() {
 #[test]
 fn a_sessions_parts_add_up_to_the_total_shown() {
     use crate::model::{PerPart, SessionState};
-    use leakscope_recording::{EndReason, Phase, Record, ScopeKind, Tail};
-    let mut builder = crate::stages::timeline::Builder::new(
-        crate::stages::attribute::Rules::builtin(),
-        1,
-        1_000_000_000,
-    );
-    for (i, ts) in [10u64, 20, 30].into_iter().enumerate() {
-        let tid = i as u32 + 1;
-        for phase in [Phase::Enter, Phase::Exit] {
-            builder.push(Record::Scope {
-                ts,
-                tid,
-                kind: ScopeKind::SessionCreate,
-                phase,
-                arg: 0,
-            });
-        }
-    }
-    builder.push(Record::End {
-        ts: 100,
-        reason: EndReason::Finished,
-    });
-    let mut timeline = builder.finish(crate::stages::timeline::tests::header(), Tail::Clean);
-    assert_eq!(timeline.sessions.len(), 3);
+    let mut timeline = sessions_born(3, crate::stages::timeline::tests::header());
     let parts = [
         [100, 40, 0, 16, 8],
         [100, 40, 96, 16, 8],
@@ -88,32 +65,10 @@ fn a_sessions_parts_add_up_to_the_total_shown() {
 fn a_sampled_recording_gives_a_sessions_mean_not_its_p50() {
     use crate::model::SessionState;
     use leakscope_recording::sampling::Sampling;
-    use leakscope_recording::{EndReason, Phase, Record, ScopeKind, Tail};
     let report = |sampling: Sampling| {
-        let mut builder = crate::stages::timeline::Builder::new(
-            crate::stages::attribute::Rules::builtin(),
-            1,
-            1_000_000_000,
-        );
-        for i in 0..10u32 {
-            for phase in [Phase::Enter, Phase::Exit] {
-                builder.push(Record::Scope {
-                    ts: 10 + u64::from(i),
-                    tid: i + 1,
-                    kind: ScopeKind::SessionCreate,
-                    phase,
-                    arg: 0,
-                });
-            }
-        }
-        builder.push(Record::End {
-            ts: 100,
-            reason: EndReason::Finished,
-        });
         let mut header = crate::stages::timeline::tests::header();
         header.sampling = sampling;
-        let mut timeline = builder.finish(header, Tail::Clean);
-        assert_eq!(timeline.sessions.len(), 10);
+        let mut timeline = sessions_born(10, header);
         // Nine hold their 512-byte entry alone; one was sampled too.
         for (i, session) in timeline.sessions.iter_mut().enumerate() {
             session.state = SessionState::Leaked;
@@ -149,4 +104,33 @@ fn a_sampled_recording_gives_a_sessions_mean_not_its_p50() {
         every.contains("| per session | p50 | p90 | max |"),
         "{every}"
     );
+}
+
+/// A timeline of `count` sessions, each born on a thread of its own (a
+/// session-create scope entered and left), 10 ns apart.
+fn sessions_born(count: u32, header: leakscope_recording::Header) -> crate::model::Timeline {
+    use leakscope_recording::{EndReason, Phase, Record, ScopeKind, Tail};
+    let mut builder = crate::stages::timeline::Builder::new(
+        crate::stages::attribute::Rules::builtin(),
+        1,
+        1_000_000_000,
+    );
+    for tid in 1..=count {
+        for phase in [Phase::Enter, Phase::Exit] {
+            builder.push(Record::Scope {
+                ts: 10 * u64::from(tid),
+                tid,
+                kind: ScopeKind::SessionCreate,
+                phase,
+                arg: 0,
+            });
+        }
+    }
+    builder.push(Record::End {
+        ts: 10 * u64::from(count) + 100,
+        reason: EndReason::Finished,
+    });
+    let timeline = builder.finish(header, Tail::Clean);
+    assert_eq!(timeline.sessions.len(), count as usize);
+    timeline
 }
