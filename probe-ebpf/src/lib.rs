@@ -215,6 +215,11 @@ pub enum RecordKind {
     /// `System` calls libc's `free` inside it: when both layers are probed,
     /// that inner free is the same block going back (see [`ALLOC_FLAG_RUST`]).
     RustFree = 5,
+    /// [`FreeRecord`]: in a sampled recording once the `SAMPLED` map has
+    /// been full, a free (either layer) of a block not filed in it: it may be
+    /// one userspace filed ([`EXIT_FLAG_UNFILED`]), whose free is then
+    /// written; any other is dropped there.
+    UnfiledFree = 6,
 }
 
 impl RecordKind {
@@ -225,6 +230,7 @@ impl RecordKind {
             3 => Self::AllocExit,
             4 => Self::Scope,
             5 => Self::RustFree,
+            6 => Self::UnfiledFree,
             _ => return None,
         })
     }
@@ -293,7 +299,8 @@ pub struct AllocExitRecord {
     /// Which return probe: an [`AllocCall`] family (`Malloc` for malloc, calloc,
     /// aligned_alloc and the Rust alloc shims; `Realloc`; `PosixMemalign`).
     pub call: u32,
-    pub _pad: u32,
+    /// [`EXIT_FLAG_UNFILED`] or 0.
+    pub flags: u32,
     /// The block the caller got; 0 when the allocator failed.
     pub addr: u64,
     /// The stack pointer just after the return.
@@ -331,6 +338,13 @@ pub const ALLOC_FLAG_NEW_UNSAMPLED: u32 = 2;
 /// Userspace writes it as `Record::WholeAlloc`.
 pub const ALLOC_FLAG_WHOLE: u32 = 4;
 
+/// Set in [`AllocEnterRecord::flags`] in a sampled recording once the
+/// `SAMPLED` map has been full: a realloc of a block not filed in it,
+/// recorded because the block may be one userspace filed
+/// ([`EXIT_FLAG_UNFILED`]). Userspace writes the old block's going only if
+/// it is; with [`ALLOC_FLAG_NEW_UNSAMPLED`] too, nothing else.
+pub const ALLOC_FLAG_OLD_UNFILED: u32 = 8;
+
 /// The alignment from which a sampled recording records a block whole:
 /// `leakscope_recording::WHOLE_ALIGN` (tokio aligns its task cells and its
 /// channels to a cache-line pair, 128 bytes on x86_64), so that tasks are
@@ -351,12 +365,25 @@ pub const SPACING_SLOTS: u32 = 4096;
 pub const BIRTH_SCOPE_KINDS: [u32; 2] = [0, 1];
 
 /// Sampled blocks alive that the programs can tell a free of (the `SAMPLED`
-/// hash map): at the default mean, ~128 GiB of heap. Blocks recorded whole
-/// ([`ALLOC_FLAG_WHOLE`]: tokio's task cells and channels, a few hundred
-/// bytes each) share it, so a server with ~260k tasks and channels alive
-/// fills it; past that, a new block is recorded without its free being
-/// sent, and the recording counts it lost (`LostReason::SampledFull`).
-pub const SAMPLED_BLOCKS: u32 = 1 << 18;
+/// hash map, by default; `attach --sampled-blocks` sets it for tests). Not
+/// preallocated, so its memory follows the blocks alive (~64 B each, and an
+/// array of 16 B per entry, 16 MiB, at load). Blocks recorded whole
+/// ([`ALLOC_FLAG_WHOLE`]: tokio's task cells and channels) and a session's
+/// birth blocks share it: a server that abandons sessions keeps ~2 a
+/// session, so a million entries hold ~500,000 leaked sessions (~4.6 hours
+/// at 30 a second). Past that nothing is lost: a block the map cannot take
+/// is sent marked [`EXIT_FLAG_UNFILED`] and from then on every free is sent
+/// ([`RecordKind::UnfiledFree`]), for userspace to match against the blocks
+/// it filed itself; only dearer. (At 256 Ki preallocated entries, a
+/// 105-minute soak of abandoned sessions filled it after 72 minutes, and
+/// the frees it could not file were lost: a wrong verdict.)
+pub const SAMPLED_BLOCKS: u32 = 1 << 20;
+
+/// Set in [`AllocExitRecord::flags`] in a sampled recording: the block could
+/// not be filed in the `SAMPLED` map (full), so its free reaches userspace
+/// as a [`RecordKind::UnfiledFree`], which userspace matches against the
+/// blocks it was sent with this flag.
+pub const EXIT_FLAG_UNFILED: u32 = 1;
 
 /// A return's stack pointer minus its entry's: `ret` pops the return address.
 pub const RETURN_SP_OFFSET: u64 = 8;
@@ -409,13 +436,10 @@ pub enum LostReason {
     PendingFull = 1,
     /// `bpf_get_stack` failed (the record is still sent, without frames).
     Stack = 2,
-    /// A sampled block could not be filed among the sampled blocks alive
-    /// (the map is full), so its free will not be recorded.
-    SampledFull = 3,
 }
 
 /// Number of [`LostReason`] counters.
-pub const LOST_REASONS: u32 = 4;
+pub const LOST_REASONS: u32 = 3;
 
 impl LostReason {
     /// Every counter, in index order.
@@ -423,7 +447,6 @@ impl LostReason {
         LostReason::RingFull,
         LostReason::PendingFull,
         LostReason::Stack,
-        LostReason::SampledFull,
     ];
 }
 
@@ -434,7 +457,6 @@ impl From<LostReason> for leakscope_recording::LostReason {
             LostReason::RingFull => Self::RingFull,
             LostReason::PendingFull => Self::PendingFull,
             LostReason::Stack => Self::Stack,
-            LostReason::SampledFull => Self::SampledFull,
         }
     }
 }

@@ -62,13 +62,15 @@ fn refused_instruction(error: &aya::programs::ProgramError) -> bool {
 
 /// Loads the object with a ring buffer of `ring_bytes` and loads (verifies)
 /// every program `plan` uses; nothing is attached yet. `sampling` tells the
-/// programs which calls to record (see `probe-ebpf`'s `bpf/sample.rs`);
+/// programs which calls to record (see `probe-ebpf`'s `bpf/sample.rs`), and
+/// `sampled_blocks` how many sampled blocks alive their map holds;
 /// `unwind`, when given, are the tables the programs walk stacks by instead
 /// of frame pointers (see `probe-ebpf`'s `bpf/unwind.rs`).
 pub fn load(
     plan: &Plan,
     ring_bytes: u32,
     sampling: Sampling,
+    sampled_blocks: u32,
     unwind: Option<&ProcessTables>,
 ) -> Result<Loaded> {
     if EBPF_OBJECT.is_empty() {
@@ -78,6 +80,7 @@ pub fn load(
     }
     let mut loader = EbpfLoader::new();
     loader.map_max_entries("EVENTS", ring_bytes);
+    loader.map_max_entries("SAMPLED", sampled_blocks.max(1));
     if let Some(tables) = unwind {
         loader.map_max_entries("UNWIND_ROWS", chunks(tables).max(1));
     }

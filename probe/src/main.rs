@@ -96,6 +96,10 @@ enum Command {
         /// --release`); `frame-pointers` and `tables` force one.
         #[arg(long, value_enum, default_value_t = UnwindArg::Auto)]
         unwind: UnwindArg,
+        /// Tests: entries of the kernel's table of sampled blocks alive, to
+        /// see what a recording does once it is full.
+        #[arg(long, hide = true, default_value_t = leakscope_probe_ebpf::SAMPLED_BLOCKS, value_parser = clap::value_parser!(u32).range(1..))]
+        sampled_blocks: u32,
     },
     /// Which lifecycle functions a preset finds in an executable, scope by scope
     /// (what `attach` would probe), without attaching. Exits 1 when a scope the
@@ -147,6 +151,7 @@ async fn run(cli: Cli) -> Result<()> {
             rotate,
             keep,
             unwind,
+            sampled_blocks,
         } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("leakscope-{pid}.lsrec")));
             if out.extension().and_then(|e| e.to_str()) != Some("lsrec") {
@@ -185,6 +190,7 @@ async fn run(cli: Cli) -> Result<()> {
                         UnwindArg::FramePointers => Unwind::FramePointers,
                         UnwindArg::Tables => Unwind::Tables,
                     },
+                    sampled_blocks,
                 },
                 |event| match event {
                     AttachEvent::Warning(text) => {
@@ -232,6 +238,11 @@ async fn run(cli: Cli) -> Result<()> {
                 eprintln!(
                     "leakscope-probe: {} records from the kernel could not be decoded and count as lost (is the eBPF object from another build of the probe?)",
                     stats.malformed
+                );
+            }
+            if stats.sampled_map_full {
+                eprintln!(
+                    "leakscope-probe: the kernel's table of sampled blocks alive was full: the frees of the blocks it could not take were matched by the probe (nothing lost)"
                 );
             }
             if stats.untracked > 0 {

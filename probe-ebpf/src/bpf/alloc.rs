@@ -111,9 +111,14 @@ fn send_enter(
 /// that a call whose entry was dropped as well counts once.
 #[inline(always)]
 fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
-    if sample::sampling() && !sample::exit(call.exit(), sp(ctx.regs), addr) {
-        return;
-    }
+    let flags = if sample::sampling() {
+        match sample::exit(call.exit(), sp(ctx.regs), addr) {
+            Some(flags) => flags,
+            None => return,
+        }
+    } else {
+        0
+    };
     let Some(mut entry) = EVENTS.reserve::<AllocExitRecord>(0) else {
         count_drop();
         return;
@@ -124,7 +129,7 @@ fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
     unsafe {
         (*record).header = header(RecordKind::AllocExit);
         (*record).call = call as u32;
-        (*record)._pad = 0;
+        (*record).flags = flags;
         (*record).addr = addr;
         (*record).sp = sp(ctx.regs);
         let stack = core::ptr::addr_of_mut!((*record).stack);

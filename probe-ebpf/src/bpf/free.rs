@@ -24,9 +24,17 @@ pub fn rust_dealloc_enter(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn send_free(kind: RecordKind, addr: u64) {
-    if addr == 0 || (sample::sampling() && !sample::free(addr)) {
+    if addr == 0 {
         return;
     }
+    let kind = if sample::sampling() {
+        match sample::free(kind, addr) {
+            Some(kind) => kind,
+            None => return,
+        }
+    } else {
+        kind
+    };
     match EVENTS.reserve::<FreeRecord>(0) {
         Some(mut entry) => {
             entry.write(FreeRecord {

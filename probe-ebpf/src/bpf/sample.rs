@@ -15,18 +15,21 @@
 //! `realloc(NULL, n)` (a tail call into `malloc`) counts its bytes once:
 //! `CALLS` keeps each thread's open outermost call, in a slot by thread id
 //! (an array's lookup is inlined; a hash map's update is the dearest helper
-//! a uprobe calls). A free is recorded only for a block in `SAMPLED`.
+//! a uprobe calls). A free is recorded only for a block in `SAMPLED`, until
+//! the map has once been full (see `SAMPLED_BLOCKS`): from then on every
+//! free is sent, those of blocks not in the map as `UnfiledFree`, for
+//! userspace to match against the blocks it was sent unfiled.
 
+use aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use leakscope_probe_ebpf::{
-    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_WHOLE, AllocCall, BIRTH_SCOPE_KINDS, LostReason,
-    RETURN_SP_OFFSET, SAMPLED_BLOCKS, SPACING_SLOTS, WHOLE_ALIGN,
+    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_OLD_UNFILED, ALLOC_FLAG_WHOLE, AllocCall,
+    BIRTH_SCOPE_KINDS, EXIT_FLAG_UNFILED, RETURN_SP_OFFSET, RecordKind, SAMPLED_BLOCKS,
+    SPACING_SLOTS, WHOLE_ALIGN,
 };
-
-use super::records::count_lost;
 
 /// The recording's mean spacing in bytes; 0: every call is recorded.
 #[map]
@@ -51,9 +54,17 @@ static CALLS: Array<OpenCall> = Array::with_max_entries(CALL_SLOTS, 0);
 #[map]
 static WINDOWS: Array<[u32; 2]> = Array::with_max_entries(CALL_SLOTS, 0);
 
-/// Sampled blocks alive: only their frees are recorded.
+/// Sampled blocks alive: only their frees are recorded. Not preallocated
+/// (see `SAMPLED_BLOCKS`; the loader may size it otherwise).
 #[map]
-static SAMPLED: HashMap<u64, u8> = HashMap::with_max_entries(SAMPLED_BLOCKS, 0);
+static SAMPLED: HashMap<u64, u8> =
+    HashMap::with_max_entries(SAMPLED_BLOCKS, BPF_F_NO_PREALLOC as u32);
+
+/// Nonzero once `SAMPLED` could not take a block: from then on every free
+/// and every realloc is sent (see the module docs). Never cleared: a clear
+/// by userspace once it holds no unfiled block could race a new one.
+#[map]
+static OVERFLOWED: Array<u32> = Array::with_max_entries(1, 0);
 
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -98,19 +109,28 @@ pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64, align: u64) -
     // outside stays a sample.
     let whole = align >= WHOLE_ALIGN;
     let new_sampled = whole || in_window(tid) || crossed(size);
-    let old_sampled = call == AllocCall::Realloc && old != 0 && {
+    let resizes = call == AllocCall::Realloc && old != 0;
+    let old_filed = resizes && {
         // SAFETY: a lookup in a hash map the programs own.
         unsafe { SAMPLED.get(&old) }.is_some()
     };
+    // Once the map has been full, any other block resized may be one
+    // userspace filed.
+    let old_unfiled = if resizes && !old_filed && overflowed() {
+        ALLOC_FLAG_OLD_UNFILED
+    } else {
+        0
+    };
     let flags = if whole {
-        Some(ALLOC_FLAG_WHOLE)
+        Some(ALLOC_FLAG_WHOLE | old_unfiled)
     } else if new_sampled {
-        Some(0)
-    } else if old_sampled {
-        Some(ALLOC_FLAG_NEW_UNSAMPLED)
+        Some(old_unfiled)
+    } else if old_filed || old_unfiled != 0 {
+        Some(ALLOC_FLAG_NEW_UNSAMPLED | old_unfiled)
     } else {
         None
     };
+    let old_sampled = old_filed || old_unfiled != 0;
     // SAFETY: a valid slot of an array map, this thread's.
     unsafe {
         *slot = OpenCall {
@@ -125,41 +145,60 @@ pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64, align: u64) -
     flags
 }
 
-/// At a return in a sampled recording: whether the call is recorded (its
-/// thread's outermost, and sampled). Files the new block among the sampled
-/// ones, and takes out the block a realloc resized.
+/// At a return in a sampled recording: `None` when the call is not recorded
+/// (not its thread's outermost, or not sampled), else the flags of its
+/// return record. Files the new block among the sampled ones
+/// ([`EXIT_FLAG_UNFILED`] when the map cannot take it), and takes out the
+/// block a realloc resized.
 #[inline(always)]
-pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> bool {
+pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> Option<u32> {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(slot) = CALLS.get_ptr_mut(tid & (CALL_SLOTS - 1)) else {
-        return false;
-    };
+    let slot = CALLS.get_ptr_mut(tid & (CALL_SLOTS - 1))?;
     // SAFETY: a valid slot of an array map.
     let open = unsafe { *slot };
     if open.tid != tid || open.sp.wrapping_add(RETURN_SP_OFFSET) != sp || open.exit != call as u32 {
         // A nested call's return, or one whose entry ran before the probes.
-        return false;
+        return None;
     }
     // SAFETY: this thread's slot.
     unsafe { (*slot).tid = 0 };
     if open.recorded == 0 {
-        return false;
+        return None;
     }
     if open.old != 0 && addr != 0 {
         let _ = SAMPLED.remove(&open.old);
     }
     let new_sampled = (open.recorded >> 1) & ALLOC_FLAG_NEW_UNSAMPLED == 0;
     if new_sampled && addr != 0 && SAMPLED.insert(&addr, &1, 0).is_err() {
-        count_lost(LostReason::SampledFull);
+        // Full (or the kernel could not allocate an entry): set before the
+        // block is handed out, so that its free, on any thread, is sent.
+        if let Some(flag) = OVERFLOWED.get_ptr_mut(0) {
+            // SAFETY: a valid slot of an array map.
+            unsafe { *flag = 1 };
+        }
+        return Some(EXIT_FLAG_UNFILED);
     }
-    true
+    Some(0)
 }
 
-/// At a free in a sampled recording: whether `addr` is a sampled block (then
-/// no longer filed).
+/// At a free of `kind` (`Free` or `RustFree`) in a sampled recording: the
+/// record to send, if any: `kind` for a sampled block (then no longer
+/// filed), `UnfiledFree` for any other once the map has been full.
 #[inline(always)]
-pub(super) fn free(addr: u64) -> bool {
-    SAMPLED.remove(&addr).is_ok()
+pub(super) fn free(kind: RecordKind, addr: u64) -> Option<RecordKind> {
+    if SAMPLED.remove(&addr).is_ok() {
+        Some(kind)
+    } else if overflowed() {
+        Some(RecordKind::UnfiledFree)
+    } else {
+        None
+    }
+}
+
+/// Whether `SAMPLED` has once been full.
+#[inline(always)]
+fn overflowed() -> bool {
+    OVERFLOWED.get(0).is_some_and(|flag| *flag != 0)
 }
 
 /// Whether `tid` is inside a session's birth window.

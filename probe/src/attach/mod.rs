@@ -54,6 +54,10 @@ pub struct AttachOptions {
     pub rotation: Option<Rotation>,
     /// How the programs walk stacks (`--unwind`).
     pub unwind: Unwind,
+    /// Entries of the kernel's map of sampled blocks alive
+    /// (`leakscope_probe_ebpf::SAMPLED_BLOCKS` unless a test makes it
+    /// small, to see what happens when it is full).
+    pub sampled_blocks: u32,
 }
 
 /// How the eBPF programs walk the target's stacks.
@@ -171,4 +175,9 @@ pub struct Stats {
     /// Blocks made while the status line's count was full (see
     /// `LiveBytes`): in the recording, not in [`live_bytes`](Self::live_bytes).
     pub untracked: u64,
+    /// A sampled recording's kernel map of sampled blocks alive was full:
+    /// from then on the kernel sends every free, for the probe to match
+    /// (nothing is lost, but each free costs what it costs recording every
+    /// call).
+    pub sampled_map_full: bool,
 }

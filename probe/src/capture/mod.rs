@@ -20,13 +20,19 @@
 //! libc `free` is dropped when it is the same block a `__rust_dealloc` just
 //! gave back on that thread (its next record), or when it is made inside an
 //! open shim call (a wrapper's realloc moving the block).
+//!
+//! A sampled recording's kernel side files the sampled blocks alive in a map,
+//! and sends only their frees. Should the map ever be full, the blocks it
+//! cannot take come marked, and are filed here instead (`unfiled`): from
+//! then on the kernel sends every other free as well, and those of blocks
+//! filed here are written, the rest dropped.
 
 mod pairing;
 mod returns;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::mem::size_of;
 use std::ops::Range;
@@ -54,6 +60,9 @@ pub struct Capture<W: Write> {
     /// a libc `free` of the same block next is the global allocator passing
     /// the free on, not a second free.
     rust_freed: HashMap<u32, u64>,
+    /// Sampled blocks alive that the kernel's map could not take (see the
+    /// module docs): their frees come among every other.
+    unfiled: HashSet<u64>,
     /// The target's `[uprobes]` mapping, once known (see [`crate::trampoline`]).
     trampoline: Option<Range<u64>>,
     /// The executable was built without frame pointers: its stacks are walked
@@ -71,6 +80,7 @@ impl<W: Write> Capture<W> {
             in_progress: HashMap::new(),
             pending_returns: HashMap::new(),
             rust_freed: HashMap::new(),
+            unfiled: HashSet::new(),
             trampoline: None,
             frame_pointers_omitted: false,
             stats: Stats::default(),
@@ -142,6 +152,12 @@ impl<W: Write> Capture<W> {
                 }
                 None => self.malformed(),
             },
+            Some(RecordKind::UnfiledFree) => match read::<FreeRecord>(bytes) {
+                Some(free) if self.passed_on(&free, rust_freed) => Ok(()),
+                Some(free) if self.unfiled.remove(&free.addr) => self.free(&free),
+                Some(_) => Ok(()),
+                None => self.malformed(),
+            },
             Some(RecordKind::Scope) => match read::<ScopeRecord>(bytes) {
                 Some(scope) => self.scope(&scope),
                 None => self.malformed(),
@@ -182,7 +198,22 @@ impl<W: Write> Capture<W> {
         self.live.alloc(&mut self.stats, addr, size, stack);
     }
 
+    /// A recorded block was made at `addr`: `unfiled` when the kernel's map
+    /// could not take it. Any block filed here at that address before is
+    /// gone (its free was lost).
+    fn file(&mut self, addr: u64, unfiled: bool) {
+        if unfiled {
+            self.stats.sampled_map_full = true;
+            self.unfiled.insert(addr);
+        } else if !self.unfiled.is_empty() {
+            self.unfiled.remove(&addr);
+        }
+    }
+
     fn free(&mut self, record: &FreeRecord) -> io::Result<()> {
+        if !self.unfiled.is_empty() && record.header.kind != RecordKind::UnfiledFree as u32 {
+            self.unfiled.remove(&record.addr);
+        }
         self.stats.frees += 1;
         self.live.free(&mut self.stats, record.addr);
         self.stats.events += 1;

@@ -5,8 +5,8 @@
 use std::io;
 
 use leakscope_probe_ebpf::{
-    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_RUST, ALLOC_FLAG_WHOLE, AllocCall, AllocEnterRecord,
-    AllocExitRecord, FreeRecord, RETURN_SP_OFFSET,
+    ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_OLD_UNFILED, ALLOC_FLAG_RUST, ALLOC_FLAG_WHOLE, AllocCall,
+    AllocEnterRecord, AllocExitRecord, EXIT_FLAG_UNFILED, FreeRecord, RETURN_SP_OFFSET,
 };
 use leakscope_recording::{Record, monotonic_ns};
 
@@ -114,10 +114,24 @@ impl<W: io::Write> Capture<W> {
             return Ok(());
         }
         let (ts, size, addr) = (exit.header.ts_ns, enter.size, exit.addr);
+        // The block a realloc resized, if it is one the recording knows: once
+        // the kernel's map of sampled blocks has been full, a realloc of any
+        // block it does not hold is sent, and only those the kernel sent
+        // unfiled are ours.
+        let old = if enter.flags & ALLOC_FLAG_OLD_UNFILED != 0
+            && (addr == 0 || !self.unfiled.remove(&enter.ptr_arg))
+        {
+            0
+        } else {
+            enter.ptr_arg
+        };
+        if addr != 0 {
+            self.file(addr, exit.flags & EXIT_FLAG_UNFILED != 0);
+        }
         if enter.flags & ALLOC_FLAG_NEW_UNSAMPLED != 0 {
             // A sampled recording's realloc of a sampled block into one that
             // was not sampled: only the old block's going is recorded.
-            if addr == 0 {
+            if addr == 0 || old == 0 {
                 return Ok(());
             }
             self.live.free(&mut self.stats, enter.ptr_arg);
@@ -136,7 +150,7 @@ impl<W: io::Write> Capture<W> {
             if addr == 0 {
                 return Ok(());
             }
-            if call == Some(AllocCall::Realloc) && enter.ptr_arg != 0 {
+            if call == Some(AllocCall::Realloc) && old != 0 {
                 self.live.free(&mut self.stats, enter.ptr_arg);
                 self.stats.frees += 1;
                 self.stats.events += 1;
@@ -162,11 +176,11 @@ impl<W: io::Write> Capture<W> {
         }
         let event = match call {
             Some(AllocCall::Realloc) => {
-                self.live.free(&mut self.stats, enter.ptr_arg);
+                self.live.free(&mut self.stats, old);
                 Record::Realloc {
                     ts,
                     tid,
-                    old: enter.ptr_arg,
+                    old,
                     new: addr,
                     size,
                     stack,

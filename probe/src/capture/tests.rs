@@ -119,10 +119,22 @@ fn exit(c: &mut Capture<Vec<u8>>, tid: u32, entry_sp: u64, call: AllocCall, addr
 }
 
 fn exit_at(c: &mut Capture<Vec<u8>>, tid: u32, entry_sp: u64, at: u64, call: AllocCall, addr: u64) {
+    exit_flagged(c, tid, entry_sp, at, 0, call, addr);
+}
+
+fn exit_flagged(
+    c: &mut Capture<Vec<u8>>,
+    tid: u32,
+    entry_sp: u64,
+    at: u64,
+    flags: u32,
+    call: AllocCall,
+    addr: u64,
+) {
     let record = AllocExitRecord {
         header: header(RecordKind::AllocExit, tid, at),
         call: call as u32,
-        _pad: 0,
+        flags,
         addr,
         sp: entry_sp + RETURN_SP_OFFSET,
         stack_bytes: 8,
@@ -446,7 +458,7 @@ fn alloc_with_stack(c: &mut Capture<Vec<u8>>, tid: u32, entry_sp: u64, frames: &
     let record = AllocExitRecord {
         header: header(RecordKind::AllocExit, tid, entry_sp + 1),
         call: AllocCall::Malloc as u32,
-        _pad: 0,
+        flags: 0,
         addr: 0x5000 + entry_sp,
         sp: entry_sp + RETURN_SP_OFFSET,
         stack_bytes: (frames.len() * 8) as i64,
@@ -644,6 +656,87 @@ fn a_call_recorded_whole_is_written_whole() {
             ("free", 0xa000, 0),
             ("whole", 0xb000, 1024),
             ("alloc", 0xc000, 64)
+        ]
+    );
+}
+
+/// Once the kernel's map of sampled blocks has been full, a block it could
+/// not take comes marked `EXIT_FLAG_UNFILED` and every other free and
+/// realloc comes too (`UnfiledFree`, `ALLOC_FLAG_OLD_UNFILED`): the frees
+/// and reallocs of the blocks that came marked are written, once; those of
+/// blocks the recording never had are not; a block the kernel filed is
+/// freed as before.
+#[test]
+fn blocks_the_kernels_full_map_could_not_take_are_matched_here() {
+    use leakscope_probe_ebpf::{
+        ALLOC_FLAG_NEW_UNSAMPLED, ALLOC_FLAG_OLD_UNFILED, ALLOC_FLAG_WHOLE, EXIT_FLAG_UNFILED,
+    };
+    let mut c = capture();
+    let (whole, unfiled) = (ALLOC_FLAG_WHOLE, EXIT_FLAG_UNFILED);
+    // A whole block and a sampled one the map could not take, one it took.
+    enter_flagged(&mut c, 7, 0x7000, 1, 0, whole, AllocCall::Malloc, 512, 0);
+    exit_flagged(&mut c, 7, 0x7000, 2, unfiled, AllocCall::Malloc, 0xa000);
+    enter(&mut c, 7, 0x7000, AllocCall::Malloc, 64, 0);
+    exit_flagged(
+        &mut c,
+        7,
+        0x7000,
+        0x7001,
+        unfiled,
+        AllocCall::Malloc,
+        0xb000,
+    );
+    assert!(c.stats.sampled_map_full);
+    enter(&mut c, 7, 0x7000, AllocCall::Malloc, 32, 0);
+    exit(&mut c, 7, 0x7000, AllocCall::Malloc, 0xc000);
+    // Frees of blocks never recorded, and one twice: dropped.
+    free(&mut c, RecordKind::UnfiledFree, 7, 0xd000);
+    free(&mut c, RecordKind::UnfiledFree, 7, 0xb000);
+    free(&mut c, RecordKind::UnfiledFree, 8, 0xb000);
+    // A whole realloc of the unfiled whole block, into another unfiled one.
+    let resized = whole | ALLOC_FLAG_OLD_UNFILED;
+    enter_flagged(
+        &mut c,
+        7,
+        0x7000,
+        3,
+        0,
+        resized,
+        AllocCall::Realloc,
+        1024,
+        0xa000,
+    );
+    exit_flagged(&mut c, 7, 0x7000, 4, unfiled, AllocCall::Realloc, 0xe000);
+    // Reallocs into unsampled blocks: of a block never recorded (nothing),
+    // of the unfiled one (its free).
+    let gone = ALLOC_FLAG_NEW_UNSAMPLED | ALLOC_FLAG_OLD_UNFILED;
+    enter_flagged(&mut c, 7, 0x7000, 5, 0, gone, AllocCall::Realloc, 8, 0xf000);
+    exit_flagged(&mut c, 7, 0x7000, 6, 0, AllocCall::Realloc, 0xf100);
+    enter_flagged(&mut c, 7, 0x7000, 7, 0, gone, AllocCall::Realloc, 8, 0xe000);
+    exit_flagged(&mut c, 7, 0x7000, 8, 0, AllocCall::Realloc, 0xe100);
+    free(&mut c, RecordKind::UnfiledFree, 7, 0xe000);
+    // The block the kernel filed: its free comes as before.
+    free(&mut c, RecordKind::Free, 7, 0xc000);
+    let got: Vec<_> = written(c)
+        .filter_map(|r| match r {
+            Record::WholeAlloc { addr, .. } => Some(("whole", addr)),
+            Record::Alloc { addr, .. } => Some(("alloc", addr)),
+            Record::Realloc { old, new, .. } => Some(("realloc", old ^ new)),
+            Record::Free { addr, .. } => Some(("free", addr)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("whole", 0xa000),
+            ("alloc", 0xb000),
+            ("alloc", 0xc000),
+            ("free", 0xb000),
+            ("free", 0xa000),
+            ("whole", 0xe000),
+            ("free", 0xe000),
+            ("free", 0xc000),
         ]
     );
 }

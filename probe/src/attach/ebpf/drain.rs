@@ -121,6 +121,7 @@ pub(super) async fn record_until_stopped(
     // A sampled recording sees no allocation until one crosses its countdown:
     // silence then says nothing of where the process allocates.
     let mut silence_checked = options.bare || options.sampling.is_sampled();
+    let mut full_said = false;
     loop {
         tokio::select! {
             _ = signals.interrupt.recv() => return Ok(EndReason::Interrupted),
@@ -140,6 +141,13 @@ pub(super) async fn record_until_stopped(
                     events_per_s: rate,
                     top: capture.candidate(),
                 });
+                if stats.sampled_map_full && !full_said {
+                    full_said = true;
+                    on_event(AttachEvent::Warning(format!(
+                        "the kernel's table of sampled blocks alive is full ({} blocks): nothing is lost, but from now on every free in pid {} reaches the probe, which costs the process more",
+                        options.sampled_blocks, options.pid
+                    )));
+                }
                 if !silence_checked && attached_at.0.elapsed() >= SILENCE_AFTER {
                     silence_checked = true;
                     let ran = match (attached_at.1, cpu_ticks(options.pid)) {

@@ -81,6 +81,7 @@ pub(super) async fn record(
         &plan,
         options.ring_buffer_bytes,
         options.sampling,
+        options.sampled_blocks,
         unwind.as_ref(),
     )?;
     let mut trampoline = Trampoline::new(options.pid);
