@@ -60,11 +60,23 @@ pub fn clock_ticks_per_second() -> f64 {
 
 /// Resident set size of `pid` in bytes (0 when it cannot be read).
 pub fn rss_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The anonymous part of a process's resident memory (`RssAnon`): what it
+/// holds itself, without the files it maps (a probe maps the target's
+/// executable to name its sites).
+pub fn rss_anon_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "RssAnon:")
+}
+
+/// A `/proc/PID/status` figure given in kB, in bytes; 0 when unread.
+fn status_bytes(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         })
         .map_or(0, |kib| kib * 1024)

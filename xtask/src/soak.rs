@@ -50,6 +50,11 @@ pub struct SoakArgs {
     /// memory shows what the recording itself costs it over time.
     #[arg(long)]
     delete: bool,
+    /// The eBPF probe's kernel table of sampled blocks alive holds this many
+    /// (`attach --sampled-blocks`, hidden; 1 Mi by default): small, to see a
+    /// recording go on once it is full.
+    #[arg(long, conflicts_with = "cooperative", requires = "sample")]
+    sampled_blocks: Option<u32>,
     /// What the outputs are called: docs/NAME.md, docs/images/NAME.svg,
     /// bench/NAME.json.
     #[arg(long, default_value = "soak")]
@@ -78,6 +83,9 @@ impl SoakArgs {
         }
         if let Some(keep) = self.keep {
             args.extend(["--keep".to_owned(), keep.to_string()]);
+        }
+        if let Some(blocks) = self.sampled_blocks {
+            args.extend(["--sampled-blocks".to_owned(), blocks.to_string()]);
         }
         args
     }
@@ -109,6 +117,8 @@ impl SoakArgs {
 struct Sample {
     t_s: f64,
     probe_rss: u64,
+    /// The probe's own memory: its RSS less the files it maps.
+    probe_rss_anon: u64,
     /// Probe CPU seconds (user + system) so far.
     probe_cpu_s: f64,
     server_rss: u64,
@@ -153,7 +163,8 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         server.pid(),
         &recording,
         &attach_args,
-        Stdio::null(),
+        // Kept for what it says at the end (a kernel table that was full).
+        Stdio::from(std::fs::File::create(dir.join("probe.stderr"))?),
     )?;
     // Under sudo the child is sudo; the probe is its child.
     let probe_pid = probe_pid(probe_child.pid());
@@ -186,6 +197,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         let sample = Sample {
             t_s: start.elapsed().as_secs_f64(),
             probe_rss: crate::procs::rss_bytes(probe_pid),
+            probe_rss_anon: crate::procs::rss_anon_bytes(probe_pid),
             probe_cpu_s: crate::procs::cpu_seconds(probe_pid),
             server_rss: crate::procs::rss_bytes(server.pid()),
             server_heap: debug.heap_in_use_bytes,
@@ -193,9 +205,10 @@ pub fn run(args: &SoakArgs) -> Result<()> {
             recording_bytes: recording_bytes(&recording),
         };
         println!(
-            "{:>6.0} s: probe RSS {:.1} MiB, probe CPU {:.1} s; server RSS {:.1} MiB, heap {:.1} MiB, {} sessions in the map; recording {:.1} MiB",
+            "{:>6.0} s: probe RSS {:.1} MiB ({:.1} anonymous), probe CPU {:.1} s; server RSS {:.1} MiB, heap {:.1} MiB, {} sessions in the map; recording {:.1} MiB",
             sample.t_s,
             mib(sample.probe_rss),
+            mib(sample.probe_rss_anon),
             sample.probe_cpu_s,
             mib(sample.server_rss),
             mib(sample.server_heap),
@@ -224,12 +237,14 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let report_s = report_started.elapsed().as_secs_f64();
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report/summary.json"))?)?;
+    let probe_said = std::fs::read_to_string(dir.join("probe.stderr")).unwrap_or_default();
     write_outputs(
         args,
         &samples,
         &summary,
         recording_bytes(&recording),
         report_s,
+        &probe_said,
     )
 }
 
@@ -279,8 +294,10 @@ fn write_outputs(
     summary: &Value,
     recording_bytes: u64,
     report_s: f64,
+    probe_said: &str,
 ) -> Result<()> {
     use std::fmt::Write as _;
+    let table_full = probe_said.contains("table of sampled blocks alive was full");
     let first = samples.first().context("no sample")?;
     let last = samples.last().context("no sample")?;
     let range = |value: fn(&Sample) -> u64| {
@@ -288,6 +305,7 @@ fn write_outputs(
         (values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
     };
     let (rss_min, rss_max) = range(|s| s.probe_rss);
+    let (anon_min, anon_max) = range(|s| s.probe_rss_anon);
     let (server_rss_min, server_rss_max) = range(|s| s.server_rss);
     let disk_max = range(|s| s.recording_bytes).1.max(recording_bytes);
     let duration = (last.t_s - first.t_s).max(1e-9);
@@ -299,16 +317,21 @@ fn write_outputs(
         "rate_per_s": args.rate,
         "server": args.server(),
         "sample": args.sample,
+        "sampled_blocks": args.sampled_blocks,
+        "sampled_table_full": table_full,
         "rotate": args.rotate,
         "keep": args.keep,
         "delete": args.delete,
         "samples": samples.iter().map(|s| json!({
-            "t_s": s.t_s, "probe_rss_bytes": s.probe_rss, "probe_cpu_s": s.probe_cpu_s,
+            "t_s": s.t_s, "probe_rss_bytes": s.probe_rss,
+            "probe_rss_anon_bytes": s.probe_rss_anon, "probe_cpu_s": s.probe_cpu_s,
             "server_rss_bytes": s.server_rss, "server_heap_bytes": s.server_heap,
             "server_sessions": s.server_sessions, "recording_bytes": s.recording_bytes,
         })).collect::<Vec<_>>(),
         "probe_rss_min_bytes": rss_min,
         "probe_rss_max_bytes": rss_max,
+        "probe_rss_anon_min_bytes": anon_min,
+        "probe_rss_anon_max_bytes": anon_max,
         "probe_cpu_share": cpu_share,
         "server_rss_min_bytes": server_rss_min,
         "server_rss_max_bytes": server_rss_max,
@@ -339,6 +362,12 @@ fn write_outputs(
         (Some(size), true) => format!(
             "`leakscope-probe attach --sample {size}` throughout (through the cooperative allocator)"
         ),
+    };
+    let how = match args.sampled_blocks {
+        Some(blocks) => format!(
+            "{how}, its kernel table of sampled blocks alive made to hold {blocks} (`--sampled-blocks`; 1 Mi by default)"
+        ),
+        None => how,
     };
     let rotation = match (&args.rotate, args.keep) {
         (Some(every), Some(keep)) => format!(", in segments of {every}, the last {keep} kept"),
@@ -380,11 +409,13 @@ fn write_outputs(
     );
     let _ = writeln!(
         md,
-        "- probe resident memory: {:.1} to {:.1} MiB over the run;\n- probe CPU: {:.1}% of one core on average;\n\
+        "- probe resident memory: {:.1} to {:.1} MiB over the run ({:.1} to {:.1} MiB of it its own, `RssAnon`: the rest is files it maps, the target's executable among them);\n- probe CPU: {:.1}% of one core on average;\n\
          - the server's resident memory: {:.1} to {:.1} MiB; its own heap figure (`mallinfo2`): {:+.1} MiB, {} sessions left in its map;\n\
          - the recording: {:.1} MiB on disk at the end (at most {:.1} MiB during the run); `leakscope report` read it in {:.1} s; its verdict: {}\n",
         mib(rss_min),
         mib(rss_max),
+        mib(anon_min),
+        mib(anon_max),
         cpu_share * 100.0,
         mib(server_rss_min),
         mib(server_rss_max),
@@ -395,10 +426,21 @@ fn write_outputs(
         report_s,
         summary["verdict"].as_str().unwrap_or("?")
     );
+    if table_full {
+        let _ = writeln!(
+            md,
+            "The probe's kernel table of sampled blocks alive filled during the run; the probe said: \"{}\"\n",
+            probe_said
+                .lines()
+                .find(|l| l.contains("was full"))
+                .unwrap_or("")
+                .trim_start_matches("leakscope-probe: ")
+        );
+    }
     let _ = writeln!(
         md,
-        "| time | probe RSS | probe CPU (cumulative) | server RSS | server heap | sessions in the map | recording on disk |\n\
-         | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| time | probe RSS | of it anonymous | probe CPU (cumulative) | server RSS | server heap | sessions in the map | recording on disk |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let step = (samples.len() / 30).max(1);
     // Every step-th sample, and the last one unless it was just shown.
@@ -407,9 +449,10 @@ fn write_outputs(
     for s in samples.iter().step_by(step).chain(tail) {
         let _ = writeln!(
             md,
-            "| {:.0} s | {:.1} MiB | {:.1} s | {:.1} MiB | {:.1} MiB | {} | {:.1} MiB |",
+            "| {:.0} s | {:.1} MiB | {:.1} MiB | {:.1} s | {:.1} MiB | {:.1} MiB | {} | {:.1} MiB |",
             s.t_s,
             mib(s.probe_rss),
+            mib(s.probe_rss_anon),
             s.probe_cpu_s,
             mib(s.server_rss),
             mib(s.server_heap),
@@ -458,7 +501,7 @@ fn chart(samples: &[Sample]) -> String {
         w,
         h,
         &format!(
-            "Soak: probe RSS (red), the server's RSS (green) and heap (blue), MiB, over {t_max:.0} s"
+            "Soak: probe RSS (red; dashed: its own, RssAnon), the server's RSS (green) and heap (blue), MiB, over {t_max:.0} s"
         ),
     );
     let _ = writeln!(
@@ -494,6 +537,11 @@ fn chart(samples: &[Sample]) -> String {
         svg,
         r##"<polyline fill="none" stroke="#d62728" stroke-width="2" points="{}"/>"##,
         line(&|s| s.probe_rss as f64)
+    );
+    let _ = writeln!(
+        svg,
+        r##"<polyline fill="none" stroke="#d62728" stroke-width="1.5" stroke-dasharray="5,4" points="{}"/>"##,
+        line(&|s| s.probe_rss_anon as f64)
     );
     let _ = writeln!(
         svg,
