@@ -134,8 +134,11 @@ pub enum LostReason {
     /// A record the kernel sent that could not be decoded (a probe and an
     /// eBPF object of different builds; should never happen).
     Malformed,
-    /// A sampled block could not be filed among the sampled blocks alive (a
-    /// full table), so its free is not recorded: it reads as kept (format 8).
+    /// A sampling point fell in a block the in-process recorder's table of
+    /// sampled blocks alive could not take: the block was made unsampled, a
+    /// sample lost (format 8). eBPF recordings of probes before the kernel's
+    /// map fell back to sending every free wrote it for a block whose free
+    /// was then not recorded.
     SampledFull,
 }
 

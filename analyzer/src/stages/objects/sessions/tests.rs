@@ -185,6 +185,12 @@ fn an_anonymous_span_that_learns_a_known_id_is_merged() {
     assert_eq!(t.alloc(2, 0x100, 8, Category::WorkerOther, false), Some(1));
     t.name(4, 2, "a".into());
     assert_eq!(t.resolve(1), 0);
+    t.scope(5, 2, ScopeKind::SessionSpan, Phase::Exit, 20);
+    // The span that was anonymous, polled again on another thread: still
+    // bound to the key folded away, it reads as "a".
+    t.scope(6, 3, ScopeKind::SessionSpan, Phase::Enter, 20);
+    assert_eq!(t.alloc(3, 0x200, 8, Category::WorkerOther, false), Some(0));
+    t.scope(7, 3, ScopeKind::SessionSpan, Phase::Exit, 20);
     let (lives, index) = t.finish();
     assert_eq!(lives.len(), 1);
     assert_eq!(index, vec![0, 0]);
