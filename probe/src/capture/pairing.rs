@@ -197,7 +197,7 @@ impl<W: io::Write> Capture<W> {
                 stack,
             },
         };
-        self.note_alloc(addr, size, stack);
+        self.note_alloc(tid, addr, size, stack);
         self.stats.events += 1;
         self.writer.push(event)
     }

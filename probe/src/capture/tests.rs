@@ -740,3 +740,40 @@ fn blocks_the_kernels_full_map_could_not_take_are_matched_here() {
         ]
     );
 }
+
+/// In a sampled recording the programs record every block made inside a
+/// session's birth (a birth scope's entry to its return) whole: the status
+/// line counts it for its bytes, as a block recorded whole, not weighed as
+/// a sample of the mean's bytes; outside the window a block is a sample.
+#[test]
+fn a_block_of_a_sessions_birth_counts_for_itself_on_the_status_line() {
+    use leakscope_recording::sampling::Sampling;
+    let sampling = Sampling::every_bytes(512 * 1024);
+    let mut c = capture();
+    c.set_live(crate::attach::LiveBytes::new(sampling, None), sampling);
+    // An address the status line counts blocks recorded whole at (one in 16).
+    let counted = (0x10_0000u64..)
+        .step_by(16)
+        .find(|a| a.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60 == 0)
+        .unwrap();
+    scope(
+        &mut c,
+        7,
+        ScopeKind::SessionCreate,
+        PHASE_ENTER,
+        0x9000,
+        0x1234,
+    );
+    enter(&mut c, 7, 0x7000, AllocCall::Malloc, 64, 0);
+    exit(&mut c, 7, 0x7000, AllocCall::Malloc, counted);
+    assert_eq!(c.stats.live_bytes, 64 * 16, "a birth block, for its bytes");
+    scope(&mut c, 7, ScopeKind::SessionCreate, PHASE_EXIT, 0x9008, 0);
+    enter(&mut c, 7, 0x7000, AllocCall::Malloc, 64, 0);
+    exit(&mut c, 7, 0x7000, AllocCall::Malloc, counted + 0x1000);
+    let sample = sampling.weight(64).bytes.round() as u64;
+    assert_eq!(
+        c.stats.live_bytes,
+        64 * 16 + sample,
+        "past the birth, a sample"
+    );
+}
