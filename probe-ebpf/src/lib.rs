@@ -306,7 +306,9 @@ pub struct AllocExitRecord {
     /// The stack pointer just after the return.
     pub sp: u64,
     /// Bytes of `stack` filled (by the program's frame-pointer walk or by
-    /// `bpf_get_stack`, which fill it alike), or `bpf_get_stack`'s negative errno.
+    /// `bpf_get_stack`, which fill it alike), or `bpf_get_stack`'s negative errno;
+    /// 0, not walked, for a call whose new block is not sampled
+    /// ([`ALLOC_FLAG_NEW_UNSAMPLED`] on its entry).
     pub stack_bytes: i64,
     /// User return addresses, innermost first (the allocator's caller is first).
     pub stack: [u64; MAX_STACK_DEPTH],

@@ -111,13 +111,13 @@ fn send_enter(
 /// that a call whose entry was dropped as well counts once.
 #[inline(always)]
 fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
-    let flags = if sample::sampling() {
+    let (flags, walk) = if sample::sampling() {
         match sample::exit(call.exit(), sp(ctx.regs), addr) {
-            Some(flags) => flags,
+            Some(exit) => (exit.flags, exit.walk),
             None => return,
         }
     } else {
-        0
+        (0, true)
     };
     let Some(mut entry) = EVENTS.reserve::<AllocExitRecord>(0) else {
         count_drop();
@@ -132,6 +132,11 @@ fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
         (*record).flags = flags;
         (*record).addr = addr;
         (*record).sp = sp(ctx.regs);
+        if !walk {
+            (*record).stack_bytes = 0;
+            entry.submit(RB_FLAGS);
+            return;
+        }
         let stack = core::ptr::addr_of_mut!((*record).stack);
         let tid = (*record).header.tid;
         // By table when the loader gave the target's (a build without

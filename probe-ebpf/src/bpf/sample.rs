@@ -145,13 +145,24 @@ pub(super) fn enter(call: AllocCall, size: u64, sp: u64, old: u64, align: u64) -
     flags
 }
 
+/// What a sampled recording sends at a recorded call's return.
+pub(super) struct Exit {
+    /// Its return record's flags.
+    pub(super) flags: u32,
+    /// Whether the caller's stack is walked: not for a realloc of a sampled
+    /// block into one that is not sampled, whose return tells userspace only
+    /// that the old block went (and, once the map has been full, for every
+    /// such realloc of any block: a walk each would be the dearest part).
+    pub(super) walk: bool,
+}
+
 /// At a return in a sampled recording: `None` when the call is not recorded
-/// (not its thread's outermost, or not sampled), else the flags of its
-/// return record. Files the new block among the sampled ones
+/// (not its thread's outermost, or not sampled), else what its return record
+/// carries. Files the new block among the sampled ones
 /// ([`EXIT_FLAG_UNFILED`] when the map cannot take it), and takes out the
 /// block a realloc resized.
 #[inline(always)]
-pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> Option<u32> {
+pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> Option<Exit> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let slot = CALLS.get_ptr_mut(tid & (CALL_SLOTS - 1))?;
     // SAFETY: a valid slot of an array map.
@@ -176,9 +187,15 @@ pub(super) fn exit(call: AllocCall, sp: u64, addr: u64) -> Option<u32> {
             // SAFETY: a valid slot of an array map.
             unsafe { *flag = 1 };
         }
-        return Some(EXIT_FLAG_UNFILED);
+        return Some(Exit {
+            flags: EXIT_FLAG_UNFILED,
+            walk: true,
+        });
     }
-    Some(0)
+    Some(Exit {
+        flags: 0,
+        walk: new_sampled,
+    })
 }
 
 /// At a free of `kind` (`Free` or `RustFree`) in a sampled recording: the
