@@ -31,7 +31,7 @@
 //! buffer: at saturation most of its writer thread's work was polls this
 //! pass then dropped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use foldhash::fast::RandomState;
 
@@ -62,6 +62,16 @@ pub const SPACING_NS: u64 = 1_000_000_000;
 /// Objects remembered at most; past it the memory starts afresh, which only
 /// keeps more polls (bounded memory, whatever the number of tasks ever made).
 const OBJECTS: usize = 1 << 20;
+
+/// A recorded birth not polled in this long is not a task's (see
+/// [`Coalescer::born`]).
+pub const UNPOLLED_NS: u64 = 60_000_000_000;
+
+/// A birth in [`Coalescer::born`] whose task was polled.
+const POLLED: u64 = u64::MAX;
+
+/// `born` is first swept at this size.
+const FIRST_SWEEP: usize = 1 << 14;
 
 /// Which records open and close a poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -173,9 +183,27 @@ struct Open {
 pub struct Coalescer {
     kept: HashMap<(Class, u64), PollsKept, RandomState>,
     /// Tasks whose birth is recorded and not yet their end: recorded blocks
-    /// alive (a cell's header is its block's address) and in-process tasks
-    /// spawned. Bounded by what is alive, not by what was recorded.
-    born: HashSet<u64, RandomState>,
+    /// (a cell's header is its block's address) and in-process tasks
+    /// spawned, each with when it was born, or [`POLLED`] once a poll of it
+    /// was kept. Most recorded blocks are not task cells (a session's
+    /// channels, its map entry), and a leaked session keeps ~10 of them alive
+    /// for good: a birth never polled within [`UNPOLLED_NS`] is forgotten
+    /// (tokio polls a task it spawns as soon as a worker is free), so this
+    /// holds the tasks alive and the last minute's blocks, not every block a
+    /// server ever leaked (~0.1 KiB of the probe's memory a leaked session).
+    born: HashMap<u64, u64, RandomState>,
+    /// `born`'s size after its last sweep: the next comes at twice it.
+    swept: usize,
+    /// The latest record's time: the clock the sweep ages births by.
+    now: u64,
+    /// The worker poll's object (an address inside its task's cell: the
+    /// future) of each task whose poll was seen to enclose one, by the task's
+    /// header: so that when the task ends (its cell is freed) what was kept of
+    /// its worker's polls goes too. Else each session's worker kept an entry
+    /// until [`OBJECTS`] cleared them all, and a new session whose worker's
+    /// future lands at an ended one's address within [`SPACING_NS`] had its
+    /// first polls dropped.
+    workers: HashMap<u64, u64, RandomState>,
     /// Polls dropped so far.
     dropped: u64,
 }
@@ -195,6 +223,9 @@ impl Coalescer {
             let Some(tid) = tid_of(record) else {
                 continue;
             };
+            if let Some(ts) = record.ts() {
+                self.now = self.now.max(ts);
+            }
             self.births_and_ends(record);
             let stack = open.entry(tid).or_default();
             // A close ends the innermost poll it matches, and the polls opened
@@ -223,6 +254,14 @@ impl Coalescer {
                 continue;
             }
             if let Some((_, class, arg)) = opens(record) {
+                if class == Class::Worker
+                    && let Some(task) = stack.iter().rev().find(|o| o.class == Class::Task)
+                {
+                    if self.workers.len() >= OBJECTS {
+                        self.workers.clear();
+                    }
+                    self.workers.insert(task.arg, arg);
+                }
                 // Whether it holds the enclosing poll's records is known at its end.
                 stack.push(Open {
                     index,
@@ -249,7 +288,7 @@ impl Coalescer {
     }
 
     fn redundant(&self, class: Class, arg: u64, ts: u64) -> bool {
-        if class == Class::Task && !self.born.contains(&arg) {
+        if class == Class::Task && !self.born.contains_key(&arg) {
             return true;
         }
         let object = match class {
@@ -262,6 +301,11 @@ impl Coalescer {
     }
 
     fn keep(&mut self, class: Class, arg: u64, ts: u64) {
+        if class == Class::Task
+            && let Some(born) = self.born.get_mut(&arg)
+        {
+            *born = POLLED;
+        }
         if self.kept.len() >= OBJECTS {
             self.kept.clear();
         }
@@ -276,33 +320,46 @@ impl Coalescer {
             Record::Alloc { addr, .. }
             | Record::WholeAlloc { addr, .. }
             | Record::WholeAllocInPoll { addr, .. } => {
-                if self.born.len() >= OBJECTS * 4 {
-                    // Frees were lost; start afresh rather than grow.
-                    self.born.clear();
-                }
-                self.born.insert(addr);
+                self.birth(addr);
             }
-            Record::Free { addr, .. } => {
-                self.kept.remove(&(Class::Task, addr));
-                self.born.remove(&addr);
-            }
+            Record::Free { addr, .. } => self.ended(addr),
             Record::Realloc { old, new, .. } => {
-                self.kept.remove(&(Class::Task, old));
-                self.born.remove(&old);
+                self.ended(old);
                 if new != 0 {
-                    self.born.insert(new);
+                    self.birth(new);
                 }
             }
             Record::Task { id, event, .. } => match event {
-                TaskEvent::Spawned => {
-                    self.born.insert(id);
-                }
-                TaskEvent::Ended => {
-                    self.kept.remove(&(Class::Task, id));
-                    self.born.remove(&id);
-                }
+                TaskEvent::Spawned => self.birth(id),
+                TaskEvent::Ended => self.ended(id),
             },
             _ => {}
+        }
+    }
+
+    /// A task (or a block that may be one) is born at `header`, now.
+    fn birth(&mut self, header: u64) {
+        if self.born.len() >= self.swept.max(FIRST_SWEEP / 2) * 2 {
+            let now = self.now;
+            self.born
+                .retain(|_, &mut born| born == POLLED || now.saturating_sub(born) < UNPOLLED_NS);
+            if self.born.len() >= OBJECTS * 4 {
+                // Frees were lost; start afresh rather than grow.
+                self.born.clear();
+            }
+            self.born.shrink_to(self.born.len() * 2);
+            self.swept = self.born.len();
+        }
+        self.born.insert(header, self.now);
+    }
+
+    /// The task (or block) at `header` ended: what was kept of it and of its
+    /// worker goes.
+    fn ended(&mut self, header: u64) {
+        self.kept.remove(&(Class::Task, header));
+        self.born.remove(&header);
+        if let Some(worker) = self.workers.remove(&header) {
+            self.kept.remove(&(Class::Worker, worker));
         }
     }
 }
@@ -474,6 +531,104 @@ mod tests {
         batch.extend(poll(7 * MS, 1, 0x10));
         c.coalesce(&mut batch);
         assert_eq!(batch.len(), 3, "a new task's first poll is kept");
+    }
+
+    #[test]
+    fn a_recorded_block_never_polled_is_forgotten_a_task_is_not() {
+        let mut c = Coalescer::default();
+        let block = |ts: u64, addr: u64| Record::WholeAlloc {
+            ts,
+            tid: 9,
+            addr,
+            size: 256,
+            stack: None,
+        };
+        // A task, polled; then 20,000 blocks kept alive that no poll names
+        // (a leaked session's channels).
+        let mut batch = vec![block(0, 0x10)];
+        batch.extend(poll(1, 1, 0x10));
+        batch.extend((0..20_000u64).map(|i| block(2, 0x1_0000 + i * 0x100)));
+        c.coalesce(&mut batch);
+        assert!(c.born.len() > 20_000, "all young");
+        // A minute on, more blocks: the old unpolled ones are swept out.
+        let later = UNPOLLED_NS + 1_000;
+        let mut batch: Vec<Record> = (0..20_000u64)
+            .map(|i| block(later, 0x100_0000 + i * 0x100))
+            .collect();
+        c.coalesce(&mut batch);
+        assert!(
+            !c.born.contains_key(&0x1_0000),
+            "a block a minute old never polled is not a task's"
+        );
+        assert_eq!(
+            c.born.len(),
+            1 + 20_000,
+            "the task and the last minute's blocks"
+        );
+        // The task is still known: its empty polls are kept a second apart.
+        let mut batch: Vec<Record> = poll(later + 1, 1, 0x10).into();
+        c.coalesce(&mut batch);
+        assert_eq!(batch.len(), 2, "a task of known birth's poll, a second on");
+        // A poll of a forgotten block's address says nothing: dropped.
+        let mut batch: Vec<Record> = poll(later + 2, 1, 0x1_0000).into();
+        c.coalesce(&mut batch);
+        assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn what_was_kept_of_a_workers_polls_goes_with_its_task() {
+        let mut c = Coalescer::default();
+        let nested = |ts: u64, header: u64| {
+            [
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, header),
+                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, header + 8),
+                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, header),
+            ]
+        };
+        // 1,000 sessions' workers, each polled twice, then their tasks end.
+        let mut batch = Vec::new();
+        for i in 0..1000u64 {
+            let header = 0x1000 + i * 0x100;
+            batch.push(cell(header));
+            batch.extend(nested(i * MS, header));
+            batch.extend(nested(i * MS + 10, header));
+        }
+        c.coalesce(&mut batch);
+        assert_eq!(c.workers.len(), 1000);
+        assert!(c.kept.len() >= 2000, "the tasks' and the workers' polls");
+        let mut frees: Vec<Record> = (0..1000u64)
+            .map(|i| Record::Free {
+                ts: 999 * MS + 100,
+                tid: 1,
+                addr: 0x1000 + i * 0x100,
+            })
+            .collect();
+        c.coalesce(&mut frees);
+        assert_eq!(
+            (c.kept.len(), c.born.len(), c.workers.len()),
+            (0, 0, 0),
+            "nothing remembered of ended tasks"
+        );
+        // A new session's worker at the last ended one's address, within a
+        // second of its last poll: its first two polls are kept again.
+        let last = 0x1000 + 999 * 0x100;
+        let mut batch = vec![cell(last)];
+        batch.extend(nested(999 * MS + 200, last));
+        batch.extend(nested(999 * MS + 220, last));
+        c.coalesce(&mut batch);
+        let workers = batch
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    Record::Scope {
+                        kind: ScopeKind::WorkerPoll,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(workers, 2);
     }
 
     #[test]

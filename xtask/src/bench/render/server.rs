@@ -284,6 +284,43 @@ pub(super) fn rounds_section(md: &mut String, rounds: &Outcome<SaturationRounds>
         );
     }
     let _ = writeln!(md);
+    if let Some(drift) = r
+        .sessions_per_s
+        .get(ServerTool::Unprobed.key())
+        .and_then(|rates| reference_drift(rates))
+    {
+        let _ = writeln!(
+            md,
+            "{drift}
+"
+        );
+    }
+}
+
+/// What to say when the unprobed server's own rate moved more than 10% over
+/// the rounds: on a VM whose host takes back memory or time, every ratio of
+/// such a run reads the machine as much as the tool (a whole run read a
+/// sampled cooperative server at 1.03x of an unprobed one that slowed from
+/// 5,324 to 4,754 sessions/s round by round; `--only saturation` right after
+/// read 0.90x).
+fn reference_drift(rates: &[f64]) -> Option<String> {
+    let median = crate::bench::median(rates.to_vec());
+    let (min, max) = rates
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        });
+    if !(median > 0.0) || (max - min) / median <= 0.10 {
+        return None;
+    }
+    let rates: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
+    Some(format!(
+        "**The unprobed server's own rate moved {:.0}% over these rounds** ({} sessions/s, \
+         round by round): this run's ratios read this machine as much as the tools. \
+         `cargo xtask bench --only saturation` measures the rounds again.",
+        (max - min) / median * 100.0,
+        rates.join(", ")
+    ))
 }
 
 /// Instructions per session (see `instructions::instructions`).
@@ -412,6 +449,18 @@ pub(super) fn programs_section(md: &mut String, p: &Outcome<ServerPrograms>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reference_that_moved_over_the_rounds_is_said_and_a_steady_one_is_not() {
+        let moved =
+            reference_drift(&[5324.0, 5252.0, 4938.0, 4877.0, 4754.0]).expect("12% apart is said");
+        assert!(moved.contains("moved 12%"), "{moved}");
+        assert!(moved.contains("5324, 5252, 4938, 4877, 4754"), "{moved}");
+        assert_eq!(
+            reference_drift(&[6038.0, 6211.0, 5994.0, 6124.0, 6348.0]),
+            None
+        );
+    }
 
     #[test]
     fn axis_ends_are_round_and_cover_the_data() {
