@@ -310,7 +310,7 @@ fn reference_drift(rates: &[f64]) -> Option<String> {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
             (lo.min(x), hi.max(x))
         });
-    if !(median > 0.0) || (max - min) / median <= 0.10 {
+    if median.is_nan() || median <= 0.0 || (max - min) / median <= 0.10 {
         return None;
     }
     let rates: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
