@@ -8,11 +8,12 @@
 # whole and their frees, session facts, the buffer and all after it). What a part
 # costs is the throughput it gives back when left out. Prints sessions/s and
 # the CPU per session of the server (user + system) and of the probe for each,
-# each ratio against the same round's switched-off run, then the medians.
+# each ratio against the same round's switched-off run and its unprobed
+# server's (fixture-server: no leakscope in it at all), then the medians.
 #
 # The server is built apart (feature `cost-breakdown`, in target/cost-breakdown):
 # no production build can leave anything out. Run from the repository after
-# `cargo build --release -p leakscope-probe` (or a `cargo xtask bench`).
+# `cargo build --release --workspace --bins` (or a `cargo xtask bench`).
 # ROUNDS (default 5), SECONDS_EACH (default 6), CALLS (tools/call a session, default 1:
 # a session mostly being born, as the bench's saturation rounds; more is a session doing work).
 set -eu
@@ -30,9 +31,9 @@ CARGO_TARGET_DIR=$root/target/cost-breakdown cargo build --quiet --release \
 server_bin=$root/target/cost-breakdown/release/fixture-server-cooperative
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-run() { # run SKIP ("off": not switched on) -> "sessions/s server_us probe_us"
-  local skip=$1 probe=""
-  LEAKSCOPE_COST_SKIP=$skip "$server_bin" --composition leaky --keep-alive 5s >"$work/server.out" 2>/dev/null &
+run() { # run BINARY SKIP ("off": not switched on) -> "sessions/s server_us probe_us"
+  local binary=$1 skip=$2 probe=""
+  LEAKSCOPE_COST_SKIP=$skip "$binary" --composition leaky --keep-alive 5s >"$work/server.out" 2>/dev/null &
   local server=$!
   for _ in $(seq 100); do grep -q http "$work/server.out" && break; sleep 0.1; done
   local url
@@ -69,16 +70,20 @@ results=$work/results.txt
 : >"$results"
 # A first run is discarded: the first server after a build ran slower (its
 # round's ratios all read over 1.0x).
-run off >/dev/null
+run "$server_bin" off >/dev/null
 for round in $(seq "$rounds"); do
-  read -r off off_server _ < <(run off)
-  line="$round: off $off/s (server $off_server us)"
+  read -r unprobed unprobed_server _ < <(run "$root/target/release/fixture-server" off)
+  read -r off off_server _ < <(run "$server_bin" off)
+  off_ratio=$(python3 -c "print(f'{$off / $unprobed:.2f}')")
+  echo "switched off|1.00|$off_ratio|$off_server|0" >>"$results"
+  line="$round: unprobed $unprobed/s (server $unprobed_server us), off $off/s, ${off_ratio}x (server $off_server us)"
   for config in "${configs[@]}"; do
     label=${config%%|*}
-    read -r on server probe < <(run "${config#*|}")
+    read -r on server probe < <(run "$server_bin" "${config#*|}")
     ratio=$(python3 -c "print(f'{$on / $off:.2f}')")
-    echo "$label|$ratio|$server|$probe" >>"$results"
-    line="$line | $label ${ratio}x (server $server + probe $probe us)"
+    vs_unprobed=$(python3 -c "print(f'{$on / $unprobed:.2f}')")
+    echo "$label|$ratio|$vs_unprobed|$server|$probe" >>"$results"
+    line="$line | $label ${ratio}x off, ${vs_unprobed}x unprobed (server $server + probe $probe us)"
   done
   echo "$line"
 done
@@ -86,11 +91,13 @@ python3 - "$results" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    label, ratio, server, probe = line.strip().split("|")
-    rows.setdefault(label, []).append((float(ratio), float(server), float(probe)))
-print("medians:")
+    label, ratio, vs_unprobed, server, probe = line.strip().split("|")
+    rows.setdefault(label, []).append((float(ratio), float(vs_unprobed), float(server), float(probe)))
+print("medians (against the build switched off; against the unprobed server):")
 for label, runs in rows.items():
     ratios = [r[0] for r in runs]
-    print(f"  {label}: {statistics.median(ratios):.2f}x ({min(ratios):.2f}x-{max(ratios):.2f}x), "
-          f"server {statistics.median(r[1] for r in runs):.0f} us, probe {statistics.median(r[2] for r in runs):.1f} us a session")
+    unprobed = [r[1] for r in runs]
+    print(f"  {label}: {statistics.median(ratios):.2f}x ({min(ratios):.2f}x-{max(ratios):.2f}x); "
+          f"{statistics.median(unprobed):.2f}x ({min(unprobed):.2f}x-{max(unprobed):.2f}x), "
+          f"server {statistics.median(r[2] for r in runs):.0f} us, probe {statistics.median(r[3] for r in runs):.1f} us a session")
 PY

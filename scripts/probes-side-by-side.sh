@@ -11,8 +11,8 @@
 #   AFTER_PROBE: default this tree's target/release/leakscope-probe.
 # ROUNDS (default 4) rounds of SECONDS_EACH (default 10) s of `churn
 # --concurrency 16` at saturation, a fresh server per run, the order as given;
-# then, for each probe, SESSIONS (default 60000) sessions at 300 a second and
-# the probe's RssAnon at attach and after. (`sessions/s` is what the server
+# then, for each probe, SESSIONS (default 60000) sessions at RATE (default 300)
+# a second and the probe's RssAnon at attach and after. (`sessions/s` is what the server
 # answered; the figures move with what else the machine runs.)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +22,7 @@ after=${2:-$bin/leakscope-probe}
 rounds=${ROUNDS:-4}
 seconds=${SECONDS_EACH:-10}
 sessions=${SESSIONS:-60000}
+session_rate=${RATE:-300}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
@@ -68,10 +69,10 @@ for name in before after; do
     start_server
     if [ $name = before ]; then attach "$before"; else attach "$after"; fi
     at_attach=$(awk '/RssAnon/ {print $2}' "/proc/$probe/status")
-    "$bin/churn" --url "$url" --max-time 600s --rate 300 --count "$sessions" \
+    "$bin/churn" --url "$url" --max-time 900s --rate "$session_rate" --count "$sessions" \
         --concurrency 16 >/dev/null 2>&1 || true
     sleep 3
     at_end=$(awk '/RssAnon/ {print $2}' "/proc/$probe/status")
     stop
-    echo "$name: the probe's RssAnon $at_attach kB at attach, $at_end kB after $sessions abandoned sessions"
+    echo "$name: the probe's RssAnon $at_attach kB at attach, $at_end kB after $sessions abandoned sessions at $session_rate a second"
 done

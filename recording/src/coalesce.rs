@@ -35,7 +35,7 @@ use std::collections::HashMap;
 
 use foldhash::fast::RandomState;
 
-use super::{Phase, Record, ScopeKind, TaskEvent};
+use super::{Phase, Record, ScopeKind, TaskEvent, WHOLE_ALIGN};
 
 /// Whose polls are kept: a task's, or a session's (its worker's polls, its
 /// spans in-process).
@@ -66,6 +66,17 @@ const OBJECTS: usize = 1 << 20;
 /// A recorded birth not polled in this long is not a task's (see
 /// [`Coalescer::born`]).
 pub const UNPOLLED_NS: u64 = 60_000_000_000;
+
+/// Whether a recorded block at `addr` may be a task's cell: tokio aligns
+/// each cell to [`WHOLE_ALIGN`] (a cache-line pair; that alignment is why a
+/// sampled recording records cells whole), so a block at any other address
+/// is not one. Most blocks a sampled recording keeps are not (the eBPF
+/// probe records every block of a session's birth whole, most of them
+/// small): at 1,000 abandoned sessions a second, 43% of what `born` held
+/// was such blocks, and the probe's memory follows `born`.
+fn may_be_cell(addr: u64) -> bool {
+    addr.is_multiple_of(WHOLE_ALIGN as u64)
+}
 
 /// A birth in [`Coalescer::born`] whose task was polled.
 const POLLED: u64 = u64::MAX;
@@ -183,16 +194,19 @@ struct Open {
 pub struct Coalescer {
     kept: HashMap<(Class, u64), PollsKept, RandomState>,
     /// Tasks whose birth is recorded and not yet their end: recorded blocks
-    /// (a cell's header is its block's address) and in-process tasks
-    /// spawned, each with when it was born, or [`POLLED`] once a poll of it
-    /// was kept. Most recorded blocks are not task cells (a session's
-    /// channels, its map entry), and a leaked session keeps ~10 of them alive
-    /// for good: a birth never polled within [`UNPOLLED_NS`] is forgotten
-    /// (tokio polls a task it spawns as soon as a worker is free), so this
-    /// holds the tasks alive and the last minute's blocks, not every block a
-    /// server ever leaked (the probe's RssAnon after 60,000 leaked sessions
-    /// 13.2 MiB against 13.7, `scripts/probes-side-by-side.sh`: most of its
-    /// growth is elsewhere).
+    /// that may be cells ([`may_be_cell`]: a cell's header is its block's
+    /// address) and in-process tasks spawned, each with when it was born, or
+    /// [`POLLED`] once a poll of it was kept. Many recorded blocks are not
+    /// task cells (a session's channels, its map entry), and a leaked session
+    /// keeps some alive for good: a birth never polled within
+    /// [`UNPOLLED_NS`] is forgotten (tokio polls a task it spawns as soon as
+    /// a worker is free), so this holds the tasks alive and one to two
+    /// minutes of blocks (the sweeps come as it doubles), not every block a
+    /// server ever leaked. It is most of what the probe's memory grows by
+    /// under churn, and follows the rate of recorded blocks, not their
+    /// number: at 1,000 abandoned sessions a second it held ~120,000, a
+    /// table of 4.5 MB, the probe's RssAnon flat at 17.7 MiB from the third
+    /// minute (26.2 MiB when it also took blocks at any address).
     born: HashMap<u64, u64, RandomState>,
     /// `born`'s size after its last sweep: the next comes at twice it.
     swept: usize,
@@ -321,13 +335,15 @@ impl Coalescer {
         match *record {
             Record::Alloc { addr, .. }
             | Record::WholeAlloc { addr, .. }
-            | Record::WholeAllocInPoll { addr, .. } => {
+            | Record::WholeAllocInPoll { addr, .. }
+                if may_be_cell(addr) =>
+            {
                 self.birth(addr);
             }
             Record::Free { addr, .. } => self.ended(addr),
             Record::Realloc { old, new, .. } => {
                 self.ended(old);
-                if new != 0 {
+                if new != 0 && may_be_cell(new) {
                     self.birth(new);
                 }
             }
@@ -404,10 +420,10 @@ mod tests {
     fn empty_polls_are_kept_first_once_for_a_task_twice_for_a_session_then_once_a_second() {
         let mut c = Coalescer::default();
         // 30 polls of one task, and 30 spans of one session, 100 ms apart: 3 s.
-        let mut batch = vec![cell(0x10)];
+        let mut batch = vec![cell(0x1000)];
         batch.extend((0..30).flat_map(|i| {
             let ts = i * 100 * MS;
-            let [enter, end] = poll(ts, 1, 0x10);
+            let [enter, end] = poll(ts, 1, 0x1000);
             [
                 enter,
                 end,
@@ -439,14 +455,14 @@ mod tests {
     #[test]
     fn a_poll_that_holds_a_record_is_kept_and_so_are_other_threads_and_objects() {
         let mut c = Coalescer::default();
-        let mut batch = vec![cell(0x10), cell(0x20)];
+        let mut batch = vec![cell(0x1000), cell(0x2000)];
         for i in 0..5 {
-            batch.extend(poll(i * MS, 1, 0x10));
+            batch.extend(poll(i * MS, 1, 0x1000));
         }
-        // A fifth poll of 0x10 that allocates, interleaved with another
+        // A fifth poll of 0x1000 that allocates, interleaved with another
         // thread's poll of another task: both are kept.
-        batch.push(scope(6 * MS, 1, ScopeKind::TaskPoll, Phase::Enter, 0x10));
-        batch.extend(poll(6 * MS, 2, 0x20));
+        batch.push(scope(6 * MS, 1, ScopeKind::TaskPoll, Phase::Enter, 0x1000));
+        batch.extend(poll(6 * MS, 2, 0x2000));
         batch.push(Record::Alloc {
             ts: 6 * MS + 1,
             tid: 1,
@@ -459,11 +475,11 @@ mod tests {
             1,
             ScopeKind::TaskPollEnd,
             Phase::Enter,
-            0x10,
+            0x1000,
         ));
         let before = batch.len();
         c.coalesce(&mut batch);
-        // Polls 2 to 5 of 0x10 are dropped (8 records); the rest stays in order.
+        // Polls 2 to 5 of 0x1000 are dropped (8 records); the rest stays in order.
         assert_eq!(batch.len(), before - 8);
         assert!(matches!(batch[4], Record::Scope { ts, tid: 1, .. } if ts == 6 * MS));
         assert!(matches!(batch[5], Record::Scope { tid: 2, .. }));
@@ -476,13 +492,13 @@ mod tests {
         let mut c = Coalescer::default();
         let nested = |ts: u64| {
             [
-                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x10),
-                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x18),
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x1000),
+                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x1008),
                 scope(ts + 2, 1, ScopeKind::WorkerPoll, Phase::Exit, 0),
-                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x10),
+                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x1000),
             ]
         };
-        let mut batch = vec![cell(0x10)];
+        let mut batch = vec![cell(0x1000)];
         batch.extend((0..4).flat_map(|i| nested(i * MS)));
         c.coalesce(&mut batch);
         assert_eq!(
@@ -493,12 +509,12 @@ mod tests {
         // The probe sees a worker poll's entry only: it ends with its task's poll.
         let entry_only = |ts: u64| {
             [
-                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x30),
-                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x38),
-                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x30),
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x3000),
+                scope(ts + 1, 1, ScopeKind::WorkerPoll, Phase::Enter, 0x3008),
+                scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x3000),
             ]
         };
-        let mut batch = vec![cell(0x30)];
+        let mut batch = vec![cell(0x3000)];
         batch.extend((0..4).flat_map(|i| entry_only(i * MS)));
         batch.extend(entry_only(5 * MS));
         batch.insert(
@@ -524,13 +540,13 @@ mod tests {
         let mut batch = vec![Record::Free {
             ts: 5 * MS,
             tid: 1,
-            addr: 0x10,
+            addr: 0x1000,
         }];
-        batch.extend(poll(6 * MS, 1, 0x10));
+        batch.extend(poll(6 * MS, 1, 0x1000));
         c.coalesce(&mut batch);
         assert_eq!(batch.len(), 1);
-        let mut batch = vec![cell(0x10)];
-        batch.extend(poll(7 * MS, 1, 0x10));
+        let mut batch = vec![cell(0x1000)];
+        batch.extend(poll(7 * MS, 1, 0x1000));
         c.coalesce(&mut batch);
         assert_eq!(batch.len(), 3, "a new task's first poll is kept");
     }
@@ -547,8 +563,8 @@ mod tests {
         };
         // A task, polled; then 20,000 blocks kept alive that no poll names
         // (a leaked session's channels).
-        let mut batch = vec![block(0, 0x10)];
-        batch.extend(poll(1, 1, 0x10));
+        let mut batch = vec![block(0, 0x1000)];
+        batch.extend(poll(1, 1, 0x1000));
         batch.extend((0..20_000u64).map(|i| block(2, 0x1_0000 + i * 0x100)));
         c.coalesce(&mut batch);
         assert!(c.born.len() > 20_000, "all young");
@@ -568,13 +584,18 @@ mod tests {
             "the task and the last minute's blocks"
         );
         // The task is still known: its empty polls are kept a second apart.
-        let mut batch: Vec<Record> = poll(later + 1, 1, 0x10).into();
+        let mut batch: Vec<Record> = poll(later + 1, 1, 0x1000).into();
         c.coalesce(&mut batch);
         assert_eq!(batch.len(), 2, "a task of known birth's poll, a second on");
         // A poll of a forgotten block's address says nothing: dropped.
         let mut batch: Vec<Record> = poll(later + 2, 1, 0x1_0000).into();
         c.coalesce(&mut batch);
         assert!(batch.is_empty());
+        // A block at an address no task cell has (cells are aligned to
+        // WHOLE_ALIGN) is never remembered.
+        let mut batch = vec![block(later + 3, 0x200_0040)];
+        c.coalesce(&mut batch);
+        assert!(!c.born.contains_key(&0x200_0040));
     }
 
     #[test]
@@ -636,11 +657,11 @@ mod tests {
     #[test]
     fn an_empty_poll_of_a_task_of_unknown_birth_says_nothing_but_one_that_holds_is_kept() {
         let mut c = Coalescer::default();
-        let mut batch = poll(0, 1, 0x40).to_vec();
+        let mut batch = poll(0, 1, 0x4000).to_vec();
         c.coalesce(&mut batch);
         assert!(batch.is_empty());
         let mut batch = vec![
-            scope(MS, 1, ScopeKind::TaskPoll, Phase::Enter, 0x40),
+            scope(MS, 1, ScopeKind::TaskPoll, Phase::Enter, 0x4000),
             Record::Alloc {
                 ts: MS,
                 tid: 1,
@@ -648,7 +669,7 @@ mod tests {
                 size: 8,
                 stack: None,
             },
-            scope(MS + 1, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x40),
+            scope(MS + 1, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0x4000),
         ];
         c.coalesce(&mut batch);
         assert_eq!(batch.len(), 3);
@@ -671,12 +692,12 @@ mod tests {
     #[test]
     fn a_poll_end_without_its_header_ends_the_innermost_task_poll() {
         let mut c = Coalescer::default();
-        let mut batch = vec![cell(0x10), cell(0x20)];
+        let mut batch = vec![cell(0x1000), cell(0x2000)];
         for i in 0..3 {
             let ts = i * MS;
             batch.extend([
-                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x10),
-                scope(ts + 1, 1, ScopeKind::TaskPoll, Phase::Enter, 0x20),
+                scope(ts, 1, ScopeKind::TaskPoll, Phase::Enter, 0x1000),
+                scope(ts + 1, 1, ScopeKind::TaskPoll, Phase::Enter, 0x2000),
                 scope(ts + 2, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0),
                 scope(ts + 3, 1, ScopeKind::TaskPollEnd, Phase::Enter, 0),
             ]);
