@@ -132,11 +132,23 @@ fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
         (*record).flags = flags;
         (*record).addr = addr;
         (*record).sp = sp(ctx.regs);
-        if !walk {
-            (*record).stack_bytes = 0;
-            entry.submit(RB_FLAGS);
-            return;
-        }
+        // A realloc whose new block is not sampled: userspace writes only the
+        // old block's going and never reads a stack.
+        (*record).stack_bytes = if walk { walk_stack(ctx, record) } else { 0 };
+    }
+    entry.submit(RB_FLAGS);
+}
+
+/// Walks the calling thread's stack into `record`'s frames: the bytes
+/// filled, negative when the walk failed (counted as a lost stack).
+///
+/// # Safety
+/// `record` points to a reserved, exclusively owned ring buffer slot whose
+/// header is written.
+#[inline(always)]
+unsafe fn walk_stack(ctx: &RetProbeContext, record: *mut AllocExitRecord) -> i64 {
+    // SAFETY: the caller's contract.
+    unsafe {
         let stack = core::ptr::addr_of_mut!((*record).stack);
         let tid = (*record).header.tid;
         // By table when the loader gave the target's (a build without
@@ -159,9 +171,8 @@ fn send_exit(ctx: &RetProbeContext, call: AllocCall, addr: u64) {
         if filled < 0 {
             count_lost(LostReason::Stack);
         }
-        (*record).stack_bytes = filled;
+        filled
     }
-    entry.submit(RB_FLAGS);
 }
 
 #[uprobe]
