@@ -58,6 +58,20 @@ pub(crate) async fn record(
     output.check()?;
     let pid = options.pid;
     let mut request = stream.try_clone()?;
+    let (sender, mut received) = tokio::sync::mpsc::channel::<Streamed>(BATCHES_IN_FLIGHT);
+    let (dropped, user_dropped) = tokio::sync::oneshot::channel();
+    let name = format!("pid {pid}'s control socket");
+    let reader_user = stream::reader_user(pid, options.owner);
+    std::thread::Builder::new()
+        .name("leakscope-inproc-reader".into())
+        .spawn(move || read_stream(stream, &name, reader_user, dropped, &sender))?;
+    // Asked only once the reading thread is no longer root: the target
+    // answers the request, and may look at who reads the answer.
+    match user_dropped.await {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => bail!("{why}"),
+        Err(_) => bail!("the thread reading pid {pid}'s stream ended before it started"),
+    }
     // A refusal may come (and the socket close) before the request is even
     // written: the answer, read below, says why better than a broken pipe.
     let asked = writeln!(
@@ -68,12 +82,6 @@ pub(crate) async fn record(
         }
         .to_line()
     );
-    let (sender, mut received) = tokio::sync::mpsc::channel::<Streamed>(BATCHES_IN_FLIGHT);
-    let name = format!("pid {pid}'s control socket");
-    let reader_user = stream::reader_user(pid, options.owner);
-    std::thread::Builder::new()
-        .name("leakscope-inproc-reader".into())
-        .spawn(move || read_stream(stream, &name, reader_user, &sender))?;
 
     let answer = tokio::select! {
         answer = received.recv() => answer,

@@ -88,24 +88,30 @@ fn become_user(user: Owner) -> std::io::Result<()> {
 }
 
 /// Reads the process's answer: a refusal line, or a recording, frame by
-/// frame, as `user` when given.
+/// frame, as `user` when given. `dropped` says, before anything is read,
+/// whether this thread became `user` (the request is written only then).
 pub(super) fn read_stream(
     stream: UnixStream,
     name: &str,
     user: Option<Owner>,
+    dropped: tokio::sync::oneshot::Sender<Result<(), String>>,
     sender: &tokio::sync::mpsc::Sender<Streamed>,
 ) {
-    let end = |why: String| {
-        let _ = sender.blocking_send(Streamed::End(Err(why)));
-    };
     if let Some(user) = user
         && let Err(e) = become_user(user)
     {
-        return end(format!(
+        let _ = dropped.send(Err(format!(
             "cannot drop root to uid {} to read the stream: {e}",
             user.uid
-        ));
+        )));
+        return;
     }
+    if dropped.send(Ok(())).is_err() {
+        return;
+    }
+    let end = |why: String| {
+        let _ = sender.blocking_send(Streamed::End(Err(why)));
+    };
     let mut input = BufReader::with_capacity(1 << 20, stream);
     let refused = match input.fill_buf() {
         Ok(start) => start.starts_with(ERROR_PREFIX.as_bytes()),
