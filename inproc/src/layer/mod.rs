@@ -199,6 +199,8 @@ mod tests {
 
     #[test]
     fn alone_it_has_the_registry_make_nothing_it_ignores() {
+        // Whether a serving span is made depends on the process's recording.
+        let _one = crate::recorder::tests::one_recorder_at_a_time();
         let subscriber = tracing_subscriber::registry().with(SessionLayer::default());
         tracing::subscriber::with_default(subscriber, || {
             let ignored = tracing::info_span!(target: "rmcp::service", "handle_request");
