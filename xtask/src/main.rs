@@ -113,6 +113,20 @@ fn test() -> Result<()> {
         "warnings",
     ])?;
     setup::check_stable_only_crates()?;
+    // The release builds the tests serve (servers built plainly, over
+    // jemalloc, with tokio_unstable; stock rmcp releases), made before any
+    // test records: made inside a test, they took both cores from the tests
+    // beside it (`testkit::make_every_release_build`). As the user, never
+    // through sudo: they write the target directory. `--workspace` so that
+    // features unify as in the run below, which then rebuilds nothing of it.
+    shell::cargo(&[
+        "test",
+        "--workspace",
+        "--test",
+        "release_builds",
+        "--",
+        "--ignored",
+    ])?;
     let mut test = std::process::Command::new(shell::cargo_binary());
     test.args(["test", "--workspace", "--all-targets"]);
     if !shell::is_root() {
