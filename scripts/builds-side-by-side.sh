@@ -18,41 +18,31 @@
 # round's unprobed run. ROUNDS: default 4.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/side-by-side.sh"
 before_bin=${1:?usage: scripts/builds-side-by-side.sh BEFORE_BINARY}
-bin=$root/target/release
 work=$root/target/side-by-side
+scratch=$work
 mkdir -p "$work"
 rounds=${ROUNDS:-4}
 seconds=${SECONDS_EACH:-6}
 calls=${CALLS:-1}
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # run TOOL: prints "requests/s server-µs-a-request probe-µs-a-request"
 run() {
-  local tool=$1 server_bin=$bin/fixture-server-cooperative probe=""
+  local tool=$1 server_bin=$bin/fixture-server-cooperative
   [ "$tool" = unprobed ] && server_bin=$bin/fixture-server
   [ "$tool" = before ] && server_bin=$before_bin
-  "$server_bin" --composition leaky --keep-alive 5s >"$work/server.out" 2>/dev/null &
-  local server=$!
-  for _ in $(seq 100); do grep -q http "$work/server.out" && break; sleep 0.1; done
-  local url
-  url=$(grep -o 'http[^ ]*' "$work/server.out" | head -1)
+  start_server "$server_bin" --composition leaky --keep-alive 5s
   if [ "$tool" = before ] || [ "$tool" = after ]; then
-    "$bin/leakscope-probe" attach --pid "$server" --out "$work/$tool.lsrec" --force \
-      --sample 512KiB >/dev/null 2>&1 &
-    probe=$!
-    sleep 2
+    attach_sampled "$bin/leakscope-probe"
   fi
   local s0 p0=0 s1 p1=0
   s0=$(ticks "$server")
-  [ -n "$probe" ] && p0=$(ticks "$probe")
-  "$bin/churn" --url "$url" --max-time "${seconds}s" --rate 1000000 --count 100000000 \
-    --concurrency 16 --calls "$calls" 2>/dev/null | tail -1 >"$work/churn.json" || true
+  [ -n "${probe:-}" ] && p0=$(ticks "$probe")
+  saturate "$seconds" "$calls" >"$work/churn.json"
   s1=$(ticks "$server")
-  [ -n "$probe" ] && p1=$(ticks "$probe")
-  if [ -n "$probe" ]; then kill -INT "$probe"; wait "$probe" || true; fi
-  kill "$server"
-  wait "$server" 2>/dev/null || true
+  [ -n "${probe:-}" ] && p1=$(ticks "$probe")
+  stop
   python3 - "$work/churn.json" "$((s1 - s0))" "$((p1 - p0))" <<'PY'
 import json, os, sys
 churn = json.load(open(sys.argv[1]))

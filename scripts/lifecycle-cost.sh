@@ -18,38 +18,24 @@
 # a session mostly being born, as the bench's saturation rounds; more is a session doing work).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-probe_bin=$root/target/release/leakscope-probe
+. "$root/scripts/side-by-side.sh"
 work=$root/target/lifecycle-cost
+scratch=$work
 mkdir -p "$work"
 rounds=${ROUNDS:-5}
 seconds=${SECONDS_EACH:-6}
 calls=${CALLS:-1}
-echo "building fixture-server-cooperative with the feature cost-breakdown (target/cost-breakdown)" >&2
-CARGO_TARGET_DIR=$root/target/cost-breakdown cargo build --quiet --release \
-  --manifest-path "$root/Cargo.toml" -p leakscope-fixtures \
-  --bin fixture-server-cooperative --features cost-breakdown
-server_bin=$root/target/cost-breakdown/release/fixture-server-cooperative
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+build_cost_breakdown
 
 run() { # run BINARY SKIP ("off": not switched on) -> "sessions/s server_us probe_us"
-  local binary=$1 skip=$2 probe=""
-  LEAKSCOPE_COST_SKIP=$skip "$binary" --composition leaky --keep-alive 5s >"$work/server.out" 2>/dev/null &
-  local server=$!
-  for _ in $(seq 100); do grep -q http "$work/server.out" && break; sleep 0.1; done
-  local url
-  url=$(grep -o 'http[^ ]*' "$work/server.out" | head -1)
-  if [ "$skip" != off ]; then
-    "$probe_bin" attach --pid "$server" --out "$work/r.lsrec" --force --sample 512KiB >/dev/null 2>&1 &
-    probe=$!
-    sleep 2
-  fi
+  local skip=$2
+  LEAKSCOPE_COST_SKIP=$skip start_server "$1" --composition leaky --keep-alive 5s
+  [ "$skip" != off ] && attach_sampled "$bin/leakscope-probe"
   local s0 p0=0 s1 p1=0
-  s0=$(ticks "$server"); [ -n "$probe" ] && p0=$(ticks "$probe")
-  "$root/target/release/churn" --url "$url" --max-time "${seconds}s" --rate 1000000 --count 100000000 \
-    --concurrency 16 --calls "$calls" 2>/dev/null | tail -1 >"$work/churn.json" || true
-  s1=$(ticks "$server"); [ -n "$probe" ] && p1=$(ticks "$probe")
-  if [ -n "$probe" ]; then kill -INT "$probe"; wait "$probe" || true; fi
-  kill "$server"; wait "$server" 2>/dev/null || true
+  s0=$(ticks "$server"); [ -n "${probe:-}" ] && p0=$(ticks "$probe")
+  saturate "$seconds" "$calls" >"$work/churn.json"
+  s1=$(ticks "$server"); [ -n "${probe:-}" ] && p1=$(ticks "$probe")
+  stop
   python3 - "$work/churn.json" "$((s1 - s0))" "$((p1 - p0))" <<'PY'
 import json, os, sys
 churn = json.load(open(sys.argv[1]))
@@ -70,16 +56,16 @@ results=$work/results.txt
 : >"$results"
 # A first run is discarded: the first server after a build ran slower (its
 # round's ratios all read over 1.0x).
-run "$server_bin" off >/dev/null
+run "$breakdown" off >/dev/null
 for round in $(seq "$rounds"); do
-  read -r unprobed unprobed_server _ < <(run "$root/target/release/fixture-server" off)
-  read -r off off_server _ < <(run "$server_bin" off)
+  read -r unprobed unprobed_server _ < <(run "$bin/fixture-server" off)
+  read -r off off_server _ < <(run "$breakdown" off)
   off_ratio=$(python3 -c "print(f'{$off / $unprobed:.2f}')")
   echo "switched off|1.00|$off_ratio|$off_server|0" >>"$results"
   line="$round: unprobed $unprobed/s (server $unprobed_server us), off $off/s, ${off_ratio}x (server $off_server us)"
   for config in "${configs[@]}"; do
     label=${config%%|*}
-    read -r on server probe < <(run "$server_bin" "${config#*|}")
+    read -r on server probe < <(run "$breakdown" "${config#*|}")
     ratio=$(python3 -c "print(f'{$on / $off:.2f}')")
     vs_unprobed=$(python3 -c "print(f'{$on / $unprobed:.2f}')")
     echo "$label|$ratio|$vs_unprobed|$server|$probe" >>"$results"

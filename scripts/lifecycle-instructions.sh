@@ -16,18 +16,15 @@
 # COMPOSITION (default leaky), CALLS (tools/call a session, default 1).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release
+. "$root/scripts/side-by-side.sh"
 work=$root/target/lifecycle-instructions
+scratch=$work
 mkdir -p "$work"
 sessions=${SESSIONS:-500}
 composition=${COMPOSITION:-leaky}
 calls=${CALLS:-1}
 command -v callgrind_control >/dev/null || { echo "callgrind_control not found (apt-get install valgrind)" >&2; exit 1; }
-echo "building fixture-server-cooperative with the feature cost-breakdown (target/cost-breakdown)" >&2
-CARGO_TARGET_DIR=$root/target/cost-breakdown cargo build --quiet --release \
-  --manifest-path "$root/Cargo.toml" -p leakscope-fixtures \
-  --bin fixture-server-cooperative --features cost-breakdown
-breakdown=$root/target/cost-breakdown/release/fixture-server-cooperative
+build_cost_breakdown
 
 churn() { # churn URL COUNT
   "$bin/churn" --url "$1" --rate 1000000 --concurrency 4 --count "$2" --max-time 600s \
@@ -35,26 +32,18 @@ churn() { # churn URL COUNT
 }
 
 run() { # run NAME BINARY SKIP ("off": not switched on) -> instructions a session
-  local name=$1 binary=$2 skip=$3 probe=""
+  local name=$1 binary=$2 skip=$3
   rm -f "$work"/callgrind.out*
-  LEAKSCOPE_COST_SKIP=$skip valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
-    --dump-instr=no "$binary" --composition "$composition" --keep-alive 5s >"$work/server.out" 2>/dev/null &
-  local server=$!
-  for _ in $(seq 600); do grep -q http "$work/server.out" && break; sleep 0.1; done
-  local url
-  url=$(grep -o 'http[^ ]*' "$work/server.out" | head -1)
-  if [ "$skip" != off ]; then
-    "$bin/leakscope-probe" attach --pid "$server" --out "$work/r.lsrec" --force --sample 512KiB >/dev/null 2>&1 &
-    probe=$!
-    sleep 5
-  fi
+  LEAKSCOPE_COST_SKIP=$skip start_server valgrind --tool=callgrind \
+    --callgrind-out-file="$work/callgrind.out" --dump-instr=no \
+    "$binary" --composition "$composition" --keep-alive 5s
+  [ "$skip" != off ] && attach_sampled "$bin/leakscope-probe"
   churn "$url" 30 >/dev/null
   callgrind_control -z "$server" >/dev/null 2>&1
   local created
   created=$(churn "$url" "$sessions")
   callgrind_control -d "$server" >/dev/null 2>&1
-  if [ -n "$probe" ]; then kill -INT "$probe"; wait "$probe" || true; fi
-  kill "$server"; wait "$server" 2>/dev/null || true
+  stop
   local total
   total=$(grep -m1 -E '^(summary|totals):' "$work/callgrind.out.1" | awk '{print $2}')
   # Kept for callgrind_annotate: where a part's instructions go.

@@ -16,7 +16,7 @@
 # answered; the figures move with what else the machine runs.)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release
+. "$root/scripts/side-by-side.sh"
 before=$1
 after=${2:-$bin/leakscope-probe}
 rounds=${ROUNDS:-4}
@@ -26,48 +26,19 @@ session_rate=${RATE:-300}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-# Starts a server; sets $server (its pid) and $url.
-start_server() {
-    coproc SERVER { exec "$bin/fixture-server" --composition leaky --keep-alive 2s; }
-    server=$SERVER_PID
-    read -r line <&"${SERVER[0]}"
-    url=$(echo "$line" | grep -oE 'http://127\.0\.0\.1:[0-9]+/mcp')
-}
-
-# Attaches probe $1 sampled to $server; sets $probe (its pid).
-attach() {
-    "$1" attach --pid "$server" --out "$scratch/run.lsrec" --force --sample \
-        >"$scratch/probe.out" 2>"$scratch/probe.err" &
-    probe=$!
-    for _ in $(seq 1 200); do
-        grep -qs attached "$scratch/probe.out" && return
-        sleep 0.1
-    done
-    echo "the probe did not attach: $(cat "$scratch/probe.err")" >&2
-    exit 1
-}
-
-stop() {
-    kill -INT "$probe"
-    wait "$probe" || true
-    kill "$server"
-    wait "$server" 2>/dev/null || true
-}
-
 for round in $(seq 1 "$rounds"); do
     for name in before after; do
-        start_server
-        if [ $name = before ]; then attach "$before"; else attach "$after"; fi
-        report=$("$bin/churn" --url "$url" --max-time "${seconds}s" --rate 1000000 \
-            --count 100000000 --concurrency 16 2>/dev/null | tail -n 1 || true)
+        start_server "$bin/fixture-server" --composition leaky --keep-alive 2s
+        if [ $name = before ]; then attach_sampled "$before"; else attach_sampled "$after"; fi
+        report=$(saturate "$seconds" 1)
         stop
         rate=$(echo "$report" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f" % (r["created"]/r["elapsed_s"]))')
         echo "round $round $name: $rate sessions/s"
     done
 done
 for name in before after; do
-    start_server
-    if [ $name = before ]; then attach "$before"; else attach "$after"; fi
+    start_server "$bin/fixture-server" --composition leaky --keep-alive 2s
+    if [ $name = before ]; then attach_sampled "$before"; else attach_sampled "$after"; fi
     at_attach=$(awk '/RssAnon/ {print $2}' "/proc/$probe/status")
     "$bin/churn" --url "$url" --max-time 900s --rate "$session_rate" --count "$sessions" \
         --concurrency 16 >/dev/null 2>&1 || true
