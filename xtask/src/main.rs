@@ -98,6 +98,8 @@ fn test() -> Result<()> {
     shell::cargo(&["fmt", "--all", "--", "--check"])?;
     // No file imports a file that imports it back (the layout a newcomer reads).
     shell::run(std::process::Command::new("python3").arg("scripts/check-cycles.py"))?;
+    // Every file the README and docs/ name is there (files move as modules split).
+    shell::run(std::process::Command::new("python3").arg("scripts/check-doc-paths.py"))?;
     // With fixture-server-actix's feature, off in workspace builds (it
     // changes other crates' features: fixtures/Cargo.toml), so its code is
     // linted too, in the same pass (a second pass re-checked every crate that

@@ -177,7 +177,8 @@ fn deep_section(md: &mut String, p: &Pairs) {
         md,
         "\n### Deep stacks\n\nThe same pairs {} calls down a stack built with frame pointers \
          ({}): every allocation has a full 32-frame stack, as one made inside a server's async \
-         task has (leakscope asks for frame-pointer builds). PAIRS is that program here. The \
+         task has (the probe walks this build by its frame pointers; pairs without them, walked by \
+         the tables the probe compiles, are the next section). PAIRS is that program here. The \
          floor's traps are the same at any depth; the cost of walking the stack is not.\n",
         shown(&p.depth),
         p.program
