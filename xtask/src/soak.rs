@@ -46,6 +46,13 @@ pub struct SoakArgs {
     /// With --rotate: segments kept on disk (`attach --keep`).
     #[arg(long, requires = "rotate")]
     keep: Option<u32>,
+    /// The server is built as users ship theirs: `fixture-server-jemalloc`
+    /// (tikv-jemallocator as the global allocator) in release with no frame
+    /// pointers and no debug info (`testkit::plain_build`), so the probe
+    /// walks its stacks by the tables it compiles from `.eh_frame`; its heap
+    /// figure is jemalloc's own (`stats.allocated`).
+    #[arg(long, conflicts_with = "cooperative")]
+    plain: bool,
     /// Close each session with HTTP DELETE: the server keeps nothing, so its
     /// memory shows what the recording itself costs it over time.
     #[arg(long)]
@@ -67,6 +74,8 @@ impl SoakArgs {
     fn server(&self) -> &'static str {
         if self.cooperative {
             "fixture-server-cooperative"
+        } else if self.plain {
+            "fixture-server-jemalloc"
         } else {
             "fixture-server"
         }
@@ -102,6 +111,9 @@ impl SoakArgs {
         }
         if self.cooperative {
             command.push_str(" --cooperative");
+        }
+        if self.plain {
+            command.push_str(" --plain");
         }
         if self.delete {
             command.push_str(" --delete");
@@ -142,6 +154,11 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     let probe = crate::build::probe()?;
     let bin = crate::build::release_bins(&["leakscope-fixtures", "leakscope-analyzer"])?;
+    let server_dir = if args.plain {
+        leakscope_fixtures::testkit::plain_build_in(&target_dir())
+    } else {
+        bin.clone()
+    };
     // A directory a soak: two soaks can run side by side.
     let dir = target_dir().join("soak").join(&args.name);
     std::fs::create_dir_all(&dir)?;
@@ -150,7 +167,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     // the very file the target ran, and a build during a long soak would
     // replace target/release/fixture-server.
     let server_bin = dir.join(args.server());
-    std::fs::copy(bin.join(args.server()), &server_bin)
+    std::fs::copy(server_dir.join(args.server()), &server_bin)
         .with_context(|| format!("cannot copy {} for the soak", args.server()))?;
     let server = FixtureProcess::start(
         &server_bin,
@@ -322,6 +339,7 @@ fn write_outputs(
         "rotate": args.rotate,
         "keep": args.keep,
         "delete": args.delete,
+        "plain": args.plain,
         "samples": samples.iter().map(|s| json!({
             "t_s": s.t_s, "probe_rss_bytes": s.probe_rss,
             "probe_rss_anon_bytes": s.probe_rss_anon, "probe_cpu_s": s.probe_cpu_s,
@@ -362,6 +380,15 @@ fn write_outputs(
         (Some(size), true) => format!(
             "`leakscope-probe attach --sample {size}` throughout (through the cooperative allocator)"
         ),
+    };
+    let how = if args.plain {
+        format!(
+            "{how}; the server built as users ship theirs (release, no frame pointers, no debug \
+             info, jemalloc as its global allocator), its stacks walked by the `.eh_frame` tables \
+             the probe compiles, its heap figure jemalloc's `stats.allocated`"
+        )
+    } else {
+        how
     };
     let how = match args.sampled_blocks {
         Some(blocks) => format!(
@@ -410,7 +437,7 @@ fn write_outputs(
     let _ = writeln!(
         md,
         "- probe resident memory: {:.1} to {:.1} MiB over the run ({:.1} to {:.1} MiB of it its own, `RssAnon`: the rest is files it maps, the target's executable among them);\n- probe CPU: {:.1}% of one core on average;\n\
-         - the server's resident memory: {:.1} to {:.1} MiB; its own heap figure (`mallinfo2`): {:+.1} MiB, {} sessions left in its map;\n\
+         - the server's resident memory: {:.1} to {:.1} MiB; its own heap figure ({}): {:+.1} MiB, {} sessions left in its map;\n\
          - the recording: {:.1} MiB on disk at the end (at most {:.1} MiB during the run); `leakscope report` read it in {:.1} s; its verdict: {}\n",
         mib(rss_min),
         mib(rss_max),
@@ -419,6 +446,11 @@ fn write_outputs(
         cpu_share * 100.0,
         mib(server_rss_min),
         mib(server_rss_max),
+        if args.plain {
+            "jemalloc's `stats.allocated`"
+        } else {
+            "`mallinfo2`"
+        },
         heap_growth / 1048576.0,
         last.server_sessions,
         mib(recording_bytes),
