@@ -29,7 +29,7 @@ calls=${CALLS:-1}
 
 # run TOOL: prints "requests/s server-µs-a-request probe-µs-a-request"
 run() {
-  local tool=$1 server_bin=$bin/fixture-server-cooperative
+  local tool=$1 server_bin=$bin/fixture-server-cooperative probe=""
   [ "$tool" = unprobed ] && server_bin=$bin/fixture-server
   [ "$tool" = before ] && server_bin=$before_bin
   start_server "$server_bin" --composition leaky --keep-alive 5s

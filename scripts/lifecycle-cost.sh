@@ -28,7 +28,7 @@ calls=${CALLS:-1}
 build_cost_breakdown
 
 run() { # run BINARY SKIP ("off": not switched on) -> "sessions/s server_us probe_us"
-  local skip=$2
+  local skip=$2 probe=""
   LEAKSCOPE_COST_SKIP=$skip start_server "$1" --composition leaky --keep-alive 5s
   [ "$skip" != off ] && attach_sampled "$bin/leakscope-probe"
   local s0 p0=0 s1 p1=0
@@ -65,11 +65,11 @@ for round in $(seq "$rounds"); do
   line="$round: unprobed $unprobed/s (server $unprobed_server us), off $off/s, ${off_ratio}x (server $off_server us)"
   for config in "${configs[@]}"; do
     label=${config%%|*}
-    read -r on server probe < <(run "$breakdown" "${config#*|}")
+    read -r on server probe_us < <(run "$breakdown" "${config#*|}")
     ratio=$(python3 -c "print(f'{$on / $off:.2f}')")
     vs_unprobed=$(python3 -c "print(f'{$on / $unprobed:.2f}')")
-    echo "$label|$ratio|$vs_unprobed|$server|$probe" >>"$results"
-    line="$line | $label ${ratio}x off, ${vs_unprobed}x unprobed (server $server + probe $probe us)"
+    echo "$label|$ratio|$vs_unprobed|$server|$probe_us" >>"$results"
+    line="$line | $label ${ratio}x off, ${vs_unprobed}x unprobed (server $server + probe $probe_us us)"
   done
   echo "$line"
 done

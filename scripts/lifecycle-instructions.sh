@@ -32,7 +32,7 @@ churn() { # churn URL COUNT
 }
 
 run() { # run NAME BINARY SKIP ("off": not switched on) -> instructions a session
-  local name=$1 binary=$2 skip=$3
+  local name=$1 binary=$2 skip=$3 probe=""
   rm -f "$work"/callgrind.out*
   LEAKSCOPE_COST_SKIP=$skip start_server valgrind --tool=callgrind \
     --callgrind-out-file="$work/callgrind.out" --dump-instr=no \

@@ -9,8 +9,15 @@ bin=$root/target/release
 
 # Starts `BINARY ARGS...` (a fixture server, maybe under valgrind: anything that
 # prints its URL on its first line) with its output in $scratch/server.out; sets
-# $server (its pid) and $url. Waits up to a minute (callgrind starts slowly).
+# $server (its pid) and $url, and $probe empty (none attached yet). Waits up to
+# a minute (callgrind starts slowly). A caller that runs several servers in one
+# shell declares `local probe` in the function that runs each, so that a value
+# the caller reads into a variable of that name cannot reach `stop`.
 start_server() {
+    # Emptied first: the server's child truncates it only once it runs, and a
+    # read before that would find the last run's URL.
+    : >"$scratch/server.out"
+    probe=""
     "$@" >"$scratch/server.out" 2>/dev/null &
     server=$!
     for _ in $(seq 600); do
@@ -20,21 +27,31 @@ start_server() {
     url=$(grep -oE 'http://127\.0\.0\.1:[0-9]+/mcp' "$scratch/server.out" | head -1)
     if [ -z "$url" ]; then
         echo "the server did not start: $*" >&2
+        kill "$server" 2>/dev/null || true
         exit 1
     fi
 }
 
 # Attaches `PROBE` (a leakscope-probe) to $server, sampled at 512 KiB, recording
-# to $scratch/run.lsrec; sets $probe (its pid) once it says it attached.
+# to $scratch/run.lsrec; sets $probe (its pid) once it says it attached, and
+# 2 s after.
 attach_sampled() {
+    : >"$scratch/probe.out"
     "$1" attach --pid "$server" --out "$scratch/run.lsrec" --force --sample 512KiB \
         >"$scratch/probe.out" 2>"$scratch/probe.err" &
     probe=$!
     for _ in $(seq 200); do
-        grep -qs attached "$scratch/probe.out" && return
+        if grep -qs attached "$scratch/probe.out"; then
+            # Its start-up work (the target's symbols, the first stacks) kept
+            # out of what the caller measures next, as the scripts' fixed
+            # waits did.
+            sleep 2
+            return
+        fi
         sleep 0.1
     done
     echo "the probe did not attach: $(cat "$scratch/probe.err")" >&2
+    kill "$probe" "$server" 2>/dev/null || true
     exit 1
 }
 
