@@ -139,11 +139,40 @@ const ALLOCATOR_APIS: &[AllocatorApi] = &[
     },
 ];
 
-/// The allocator API the executable links, if it is one leakscope knows.
-fn allocator_api(exe: &ElfSymbols) -> Option<&'static AllocatorApi> {
+/// The allocator APIs leakscope knows that the executable links whole: an
+/// allocating and a freeing function of each. Every one is probed: a binary
+/// over mimalloc can also link jemalloc for a dependency's own blocks, and
+/// probing the first found alone recorded none of the Rust allocations. One
+/// linked in part is none: a binary over mimalloc that links jemalloc's
+/// control API (`tikv-jemalloc-ctl`, for its figures) keeps `_rjem_mallocx`
+/// and no free, and choosing it refused the whole attach ("could not find
+/// the allocator's malloc and free").
+pub fn allocator_apis(exe: &ElfSymbols) -> Vec<&'static str> {
+    linked_allocator_apis(exe)
+        .into_iter()
+        .map(|api| api.name)
+        .collect()
+}
+
+fn linked_allocator_apis(exe: &ElfSymbols) -> Vec<&'static AllocatorApi> {
     ALLOCATOR_APIS
         .iter()
-        .find(|api| exe.named(api.marker).is_some())
+        .filter(|api| exe.named(api.marker).is_some())
+        .filter(|api| {
+            // As `allocator_probes` requires: one that returns a block, one free.
+            let linked = |allocating: bool| {
+                api.hooks.iter().any(|&(_, exit, name)| {
+                    let kind = if allocating {
+                        exit == program::MALLOC_EXIT
+                    } else {
+                        exit.is_empty()
+                    };
+                    kind && exe.named(name).is_some()
+                })
+            };
+            linked(true) && linked(false)
+        })
+        .collect()
 }
 
 /// Prefixes rustc has given the allocator shims' names: `__rustc::__rust_alloc`
@@ -353,16 +382,28 @@ pub(super) fn layer_probes(
             names,
         )
     };
-    let api = allocator_api(exe);
+    let apis = linked_allocator_apis(exe);
     Ok(match (rust, &malloc) {
-        (RustAllocator::Own, Some(malloc)) if let Some(api) = api => {
-            allocator_probes(api.hooks, exe, false, probes, names)?;
+        (RustAllocator::Own, Some(malloc)) if !apis.is_empty() => {
+            for api in &apis {
+                allocator_probes(api.hooks, exe, false, probes, names)?;
+            }
             probe_malloc(malloc, probes, names)?;
+            let built_on = apis
+                .iter()
+                .map(|api| api.name)
+                .collect::<Vec<_>>()
+                .join(" or ");
+            let apis_are = if apis.len() == 1 {
+                "its C API is"
+            } else {
+                "each one's C API is"
+            };
             (
                 AllocLayer::AllocatorApiAndLibc,
                 format!(
-                    "the binary's #[global_allocator] is built on {}, linked into it: its C API is probed (rustc's shims are inlined into the binary's own code, so not every call goes through them); {} and its malloc family is probed for C allocations",
-                    api.name, malloc.reason
+                    "the binary's #[global_allocator] is built on {built_on}, linked into it: {apis_are} probed (rustc's shims are inlined into the binary's own code, so not every call goes through them); {} and its malloc family is probed for C allocations",
+                    malloc.reason
                 ),
             )
         }

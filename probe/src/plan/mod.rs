@@ -38,7 +38,7 @@ use leakscope_recording::{AllocLayer, ScopeFunction, ScopeKind};
 use crate::attach_offset::later_entry_offsets;
 use crate::symbols::{ElfSymbols, Function};
 
-pub use allocator::{RustAllocator, rust_allocator};
+pub use allocator::{RustAllocator, allocator_apis, rust_allocator};
 pub use scopes::{ScopeMatch, missing_scopes, scope_matches};
 
 /// One uprobe or uretprobe to attach.
